@@ -1,0 +1,59 @@
+"""What every frozen model adapter gives the solvers: a denoiser in EDM σ-form.
+
+Solvers integrate dx/dσ = (x − D(x, σ)) / σ from σ_max to σ_min. A backbone turns its own
+parameterisation into D (x0-prediction): VP/ε-prediction uses σ = sqrt((1−ᾱ)/ᾱ) and x̃ = x/√ᾱ;
+flow matching with x_t = t·x1 + (1−t)·noise uses σ = (1−t)/t and x̃ = x/t.
+"""
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+class Backbone(nn.Module, ABC):
+    """A frozen generative model seen through its denoiser D(x, σ, cond).
+
+    Subclasses set `shape` (C, H, W of one sample), `sigma_min` and `sigma_max`.
+    """
+
+    shape: tuple[int, ...]
+    sigma_min: float
+    sigma_max: float
+
+    @abstractmethod
+    def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:
+        """D(x, σ): the model's estimate of the clean sample. σ is a scalar or one per sample."""
+
+    @abstractmethod
+    def identity(self) -> str:
+        """A string that changes whenever the model's outputs could change (name, weights digest)."""
+
+    def prior(self, noise: Tensor) -> Tensor:
+        """The starting state at σ_max for standard normal `noise`: x_T = σ_max · noise."""
+        return noise * self.sigma_max
+
+    def decode(self, x: Tensor) -> Tensor:
+        """Map a sample to data space (identity in pixel space; a VAE decoder for latents)."""
+        return x
+
+    def to_images(self, x: Tensor) -> Tensor:
+        """uint8 images (N, H, W, C) from samples in [-1, 1], as the EDM protocol: x·127.5 + 128."""
+        pixels = (self.decode(x) * 127.5 + 128).clip(0, 255).to(torch.uint8)
+        return pixels.permute(0, 2, 3, 1)
+
+    def sample_conditioning(self, n: int, generator: torch.Generator) -> Any:
+        """Conditioning for n samples (labels, prompts, past frames); None when unconditional."""
+        return None
+
+    def freeze(self) -> "Backbone":
+        self.eval()
+        self.requires_grad_(False)
+        return self
+
+
+def sigma_as_batch(sigma: Tensor | float, x: Tensor) -> Tensor:
+    """σ broadcast to shape (N, 1, 1, ...) against a batch x of shape (N, ...)."""
+    sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device)
+    return sigma.reshape(-1, *([1] * (x.ndim - 1))).expand(x.shape[0], *([1] * (x.ndim - 1)))

@@ -1,0 +1,80 @@
+"""The embedded digits backbone: a small EDM-preconditioned U-Net trained on scikit-learn's digits.
+
+The 1 797 bundled 8×8 digit images are scaled to [-1, 1] and resized to 16×16. The committed
+checkpoint `weights/digits_unet.pt` was produced by `spanlift train-digits` (see train_digits.py).
+"""
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from spanlift.backbones.base import Backbone
+from spanlift.backbones.edm_precond import EDMPrecond
+from spanlift.backbones.registry import BACKBONES
+from spanlift.backbones.unet import UNet, UNetConfig
+from spanlift.errors import CheckpointError
+
+DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "digits_unet.pt"
+IMAGE_SIZE = 16
+UNET = UNetConfig(
+    in_channels=1, channels=24, channel_mult=(1, 2, 2), blocks_per_level=1, attention_levels=(2,)
+)
+
+
+def digits_dataset(size: int = IMAGE_SIZE) -> Tensor:
+    """All scikit-learn digits as a float tensor (N, 1, size, size) in [-1, 1]."""
+    from sklearn.datasets import load_digits
+
+    images = torch.from_numpy(load_digits().images).float()[:, None] / 16.0 * 2 - 1
+    if size != images.shape[-1]:
+        images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+    return images.clamp(-1, 1)
+
+
+def load_weights(path: Path) -> dict:
+    """Read a digits checkpoint with `weights_only=True`; a missing or bad file is a clear error."""
+    if not path.is_file():
+        raise CheckpointError(
+            f"digits backbone weights not found: {path}; create them with "
+            f"`spanlift train-digits --out {path}` or pass weights=<file>"
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"cannot read digits backbone weights {path}: {exc}") from None
+
+
+@BACKBONES.register("digits")
+class DigitsUNet(Backbone):
+    """EDM-preconditioned U-Net on scikit-learn's digits, 1×16×16 (CPU, committed weights)."""
+
+    sigma_min = 0.002
+    sigma_max = 80.0
+    shape = (1, IMAGE_SIZE, IMAGE_SIZE)
+
+    def __init__(self, weights: str | Path | None = None) -> None:
+        super().__init__()
+        path = Path(weights) if weights else DEFAULT_WEIGHTS
+        state = load_weights(path)
+        config = UNetConfig(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
+        )
+        self.model = EDMPrecond(UNet(config), sigma_data=state["sigma_data"])
+        try:
+            self.model.load_state_dict(state["ema"])
+        except RuntimeError as exc:
+            raise CheckpointError(f"digits weights {path} do not fit the network: {exc}") from None
+        self._digest = hashlib.sha256(
+            b"".join(t.numpy().tobytes() for t in state["ema"].values())
+        ).hexdigest()[:16]
+        self.freeze()
+
+    def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:
+        return self.model(x, sigma)
+
+    def identity(self) -> str:
+        return f"digits-{self._digest}"

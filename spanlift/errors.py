@@ -1,0 +1,32 @@
+"""User-facing errors: each carries one message that names the bad value and what was expected.
+
+The command line prints these without a traceback; anything else is a bug and keeps its traceback.
+"""
+
+
+class SpanliftError(Exception):
+    """An error caused by the user's input, files or settings."""
+
+
+class UnknownNameError(SpanliftError):
+    """A registry lookup with a name that is not registered."""
+
+
+class UnreachableNFEError(SpanliftError):
+    """An NFE budget that a solver cannot spend exactly."""
+
+
+class CheckpointError(SpanliftError):
+    """A checkpoint file that is missing, unreadable or for another solver."""
+
+
+class CacheError(SpanliftError):
+    """A teacher cache that is missing, incomplete or fails verification."""
+
+
+class TrainingDivergedError(SpanliftError):
+    """A fit whose loss or parameters became NaN or infinite."""
+
+
+class SettingsError(SpanliftError):
+    """A setting with a value outside what it accepts."""

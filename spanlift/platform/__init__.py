@@ -1,0 +1,1 @@
+"""The platform around the solvers: teacher cache, fitting, comparison (and later Ray and MLflow)."""

@@ -1,0 +1,140 @@
+"""Endpoint teacher matching: fit a learned solver through its full N-step rollout.
+
+    J(S) = E_noise ℓ(Φ_S(x_T), Φ*(x_T))      (the paper, eq. 4)
+
+Adam with linear warm-up and cosine decay, gradient-norm clipping, deterministic under a seed.
+`fit` is a plain function: a Ray Train worker calls it unchanged, passing `report` to forward
+metrics and `should_stop` nothing else.
+"""
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from spanlift.backbones import Backbone
+from spanlift.errors import SettingsError, TrainingDivergedError
+from spanlift.platform.losses import LOSSES
+from spanlift.platform.teacher import TeacherSet
+from spanlift.solvers import Solver
+
+Report = Callable[[dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    iterations: int = 300
+    batch_size: int = 32
+    lr: float = 5e-3
+    warmup: int = 20
+    grad_clip: float = 1.0
+    loss: str = "mse"
+    seed: int = 0
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "batch_size", "log_every"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise SettingsError(
+                    f"fit setting {name} must be a positive integer, got {getattr(self, name)!r}"
+                )
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise SettingsError(f"fit setting lr must be a positive number, got {self.lr!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise SettingsError(
+                f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
+            )
+        LOSSES.get(self.loss)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class FitResult:
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
+    """lr multiplier: linear from 0 to 1 over `warmup` iterations, then cosine down to 0."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def rollout(solver: Solver, backbone: Backbone, noise: torch.Tensor) -> torch.Tensor:
+    """The solver's endpoint from standard normal noise."""
+    return solver(backbone.denoise, backbone.prior(noise))
+
+
+def fit(
+    solver: Solver,
+    backbone: Backbone,
+    teacher: TeacherSet,
+    settings: FitSettings = FitSettings(),
+    report: Report | None = None,
+    progress: bool = True,
+) -> FitResult:
+    """Train the solver's trainable parameters to match the teacher's endpoints."""
+    params = [p for p in solver.parameters() if p.requires_grad]
+    if not params:
+        raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
+    torch.manual_seed(settings.seed)
+    batches = torch.Generator().manual_seed(settings.seed)
+    loss_fn = LOSSES.get(settings.loss)(backbone)
+    optimizer = torch.optim.Adam(params, lr=settings.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine(settings.warmup, settings.iterations)
+    )
+    result, start = FitResult(), time.perf_counter()
+    bar = tqdm(range(settings.iterations), desc=f"fit {solver.spec.label()}", disable=not progress)
+    for iteration in bar:
+        index = torch.randint(
+            len(teacher), (min(settings.batch_size, len(teacher)),), generator=batches
+        )
+        loss = loss_fn(rollout(solver, backbone, teacher.noise[index]), teacher.endpoints[index])
+        if not torch.isfinite(loss):
+            raise TrainingDivergedError(
+                f"fit of {solver.spec.label()} diverged: loss is {loss.item()} at iteration {iteration} "
+                f"(lr={settings.lr}); lower lr or grad_clip"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
+        optimizer.step()
+        schedule.step()
+        result.losses.append(loss.item())
+        if iteration % settings.log_every == 0 or iteration == settings.iterations - 1:
+            bar.set_postfix(loss=f"{loss.item():.3g}")
+            if report:
+                report(
+                    {"iteration": iteration, "loss": loss.item(), "lr": schedule.get_last_lr()[0]}
+                )
+    if not all(torch.isfinite(p).all() for p in params):
+        raise TrainingDivergedError(
+            f"fit of {solver.spec.label()} left non-finite parameters; lower lr"
+        )
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@torch.no_grad()
+def endpoint_rmse(
+    solver: Solver, backbone: Backbone, teacher: TeacherSet, batch_size: int = 256
+) -> float:
+    """sqrt(mean (Φ_S(x_T) − Φ*(x_T))²) over a teacher set."""
+    total = 0.0
+    for start in range(0, len(teacher), batch_size):
+        part = teacher.subset(slice(start, start + batch_size))
+        total += (rollout(solver, backbone, part.noise) - part.endpoints).square().sum().item()
+    return math.sqrt(total / teacher.endpoints.numel())

@@ -1,0 +1,192 @@
+"""Teacher endpoints: noise → teacher rollout endpoint, cached on disk by content hash.
+
+A cache entry is a folder `teacher-<key>/` of Parquet shards plus `manifest.json`, where `key`
+hashes everything that determines the endpoints: the backbone's identity, the teacher solver
+spec, the seeds and the format version. Noise for seed s is `randn(shape, Generator(s))`, so any
+subset of seeds can be generated anywhere and in any batch. The manifest stores each shard's
+SHA-256; loading verifies them. Entries are written to a temporary folder and renamed, so a crash
+never leaves a partial entry.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from spanlift.backbones import Backbone
+from spanlift.errors import CacheError
+from spanlift.solvers import SolverSpec, build_solver
+
+FORMAT = "spanlift-teacher/1"
+DEFAULT_TEACHER = SolverSpec("ipndm", nfe=35, schedule="edm", settings={"order": 4})
+SHARD_ROWS = 1024
+
+
+@dataclass
+class TeacherSet:
+    """Seeds, the noise they give and the teacher's endpoints, as float32 tensors (N, *shape)."""
+
+    seeds: Tensor
+    noise: Tensor
+    endpoints: Tensor
+    key: str = ""
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def subset(self, index: slice | Tensor) -> "TeacherSet":
+        return TeacherSet(self.seeds[index], self.noise[index], self.endpoints[index], self.key)
+
+
+def seed_noise(seeds: Sequence[int], shape: Sequence[int]) -> Tensor:
+    """Standard normal noise, one independent generator per seed."""
+    return torch.stack(
+        [torch.randn(*shape, generator=torch.Generator().manual_seed(int(s))) for s in seeds]
+    )
+
+
+def teacher_key(backbone: Backbone, teacher: SolverSpec, seeds: Sequence[int]) -> str:
+    seed_digest = hashlib.sha256(np.asarray(seeds, dtype=np.int64).tobytes()).hexdigest()
+    content = json.dumps(
+        {
+            "format": FORMAT,
+            "backbone": backbone.identity(),
+            "teacher": teacher.to_dict(),
+            "seeds": seed_digest,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(content.encode()).hexdigest()[:24]
+
+
+@torch.no_grad()
+def generate_teacher(
+    backbone: Backbone,
+    seeds: Sequence[int],
+    teacher: SolverSpec = DEFAULT_TEACHER,
+    batch_size: int = 256,
+    progress: bool = True,
+) -> TeacherSet:
+    """Run the teacher solver from every seed's noise; returns float32 tensors on the CPU."""
+    solver = build_solver(teacher, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+    noise, endpoints = seed_noise(seeds, backbone.shape), []
+    bar = tqdm(
+        total=len(seeds), desc=f"teacher {teacher.label()} nfe={teacher.nfe}", disable=not progress
+    )
+    for batch in noise.split(batch_size):
+        endpoints.append(solver(backbone.denoise, backbone.prior(batch)))
+        bar.update(len(batch))
+    bar.close()
+    seeds_t = torch.as_tensor(list(seeds), dtype=torch.int64)
+    return TeacherSet(
+        seeds_t, noise, torch.cat(endpoints).float(), teacher_key(backbone, teacher, seeds)
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _shard_table(teacher: TeacherSet) -> pa.Table:
+    def column(t: Tensor) -> pa.Array:
+        flat = t.reshape(len(t), -1).numpy().astype(np.float32)
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), flat.shape[1])
+
+    return pa.table(
+        {
+            "seed": teacher.seeds.numpy(),
+            "noise": column(teacher.noise),
+            "endpoint": column(teacher.endpoints),
+        }
+    )
+
+
+def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
+    """Write `teacher` as shards + manifest into `folder` atomically (temp folder, then rename)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        files = {}
+        for n, start in enumerate(range(0, len(teacher), SHARD_ROWS)):
+            name = f"part-{n:05d}.parquet"
+            pq.write_table(
+                _shard_table(teacher.subset(slice(start, start + SHARD_ROWS))), tmp / name
+            )
+            files[name] = _sha256(tmp / name)
+        shape = list(teacher.noise.shape[1:])
+        manifest = {
+            "format": FORMAT,
+            "key": teacher.key,
+            "count": len(teacher),
+            "shape": shape,
+            "files": files,
+        }
+        (tmp / "manifest.json").write_text(json.dumps({**manifest, **metadata}, indent=2))
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "manifest.json").exists():
+                raise
+            shutil.rmtree(tmp)  # another writer finished the same entry first
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def read_teacher(folder: Path) -> TeacherSet:
+    """Read a cache entry, verifying every shard's SHA-256 against the manifest."""
+    manifest_path = folder / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files, shape = manifest["files"], manifest["shape"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise CacheError(
+            f"teacher cache {folder} has no readable manifest ({exc}); delete the folder"
+        ) from None
+    seeds, noise, endpoints = [], [], []
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file() or _sha256(path) != expected:
+            raise CacheError(
+                f"teacher cache shard {path} is missing or corrupt (checksum mismatch); delete {folder}"
+            )
+        table = pq.read_table(path)
+        seeds.append(torch.from_numpy(table["seed"].to_numpy()))
+        for out, col in ((noise, "noise"), (endpoints, "endpoint")):
+            values = table[col].combine_chunks().flatten().to_numpy()
+            out.append(torch.from_numpy(values.copy()).reshape(-1, *shape))
+    return TeacherSet(torch.cat(seeds), torch.cat(noise), torch.cat(endpoints), manifest["key"])
+
+
+def load_or_generate(
+    cache_dir: Path,
+    backbone: Backbone,
+    seeds: Sequence[int],
+    teacher: SolverSpec = DEFAULT_TEACHER,
+    progress: bool = True,
+) -> TeacherSet:
+    """The cached teacher set for (backbone, teacher, seeds), generating and caching it if absent."""
+    key = teacher_key(backbone, teacher, seeds)
+    folder = Path(cache_dir) / f"teacher-{key}"
+    if folder.exists():
+        return read_teacher(folder)
+    result = generate_teacher(backbone, seeds, teacher, progress=progress)
+    metadata = {"backbone": backbone.identity(), "teacher": teacher.to_dict()}
+    write_teacher(folder, result, metadata)
+    return result

@@ -1,0 +1,22 @@
+"""Solvers for the probability-flow ODE in EDM σ-form. Knows nothing of Ray or MLflow.
+
+Importing this package registers every solver; look them up with `SOLVERS.get(name)`.
+"""
+
+from spanlift.solvers import dpm_solver_pp, dyweight, euler, heun, ipndm, spanlift, unipc  # noqa: F401
+from spanlift.solvers.base import NFECounter, Point, Solver
+from spanlift.solvers.checkpoint import read_checkpoint, save_solver
+from spanlift.solvers.registry import SOLVERS
+from spanlift.solvers.spec import SolverSpec, build_solver, solver_settings
+
+__all__ = [
+    "SOLVERS",
+    "NFECounter",
+    "Point",
+    "Solver",
+    "SolverSpec",
+    "build_solver",
+    "read_checkpoint",
+    "save_solver",
+    "solver_settings",
+]

@@ -1,0 +1,115 @@
+"""The one loop every solver runs, in EDM σ-form (Karras et al. 2022).
+
+The probability-flow ODE is dx/dσ = d(x, σ) with d(x, σ) = (x − D(x, σ)) / σ. A solver walks
+a grid σ_0 = σ_max > … > σ_N = σ_min and at each step takes
+
+    x_{i+1} = x_i + h_i Δ_i,      h_i = σ_{i+1} − σ_i,
+
+where the direction Δ_i is what distinguishes solvers. Each step first evaluates the model once at
+(x_i, σ_i) and pushes the result onto a history (newest first); Δ_i reads that history.
+With the analytical first step (AFS) the first derivative is d_0 = x_0 / sqrt(1 + σ_0²) and
+costs no evaluation. NFE is counted by `count_nfe`, never assumed.
+"""
+
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+Denoiser = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass
+class Point:
+    """One model evaluation: state x_j at σ_j, its denoised D_j and derivative d_j = (x_j − D_j)/σ_j."""
+
+    sigma: Tensor
+    x: Tensor
+    denoised: Tensor
+    derivative: Tensor
+
+
+History = list[Point]  # newest first: history[0] is the current step
+
+
+class Solver(nn.Module):
+    """Base class: holds the σ grid and runs the rollout; subclasses define `direction`.
+
+    `buffer_size` is how many points of history the direction reads (K).
+    """
+
+    name: ClassVar[str]
+    buffer_size: int = 1
+
+    def __init__(self, sigmas: Tensor, afs: bool = False) -> None:
+        super().__init__()
+        self.register_buffer("sigmas", torch.as_tensor(sigmas, dtype=torch.float64))
+        self.afs = afs
+
+    @classmethod
+    def build(cls, sigmas: Tensor, channels: int, **settings: Any) -> "Solver":
+        """Construct from a σ grid; `channels` is the data's channel count (used by operators)."""
+        return cls(sigmas, **settings)
+
+    @classmethod
+    def nfe_for_steps(cls, steps: int, settings: dict[str, Any]) -> int:
+        """Model evaluations spent by `steps` steps: one per step, minus one with AFS."""
+        return steps - int(bool(settings.get("afs", False)))
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.sigmas) - 1
+
+    @property
+    def nfe(self) -> int:
+        return self.nfe_for_steps(self.num_steps, {"afs": self.afs})
+
+    def sigma(self, i: int, like: Tensor) -> Tensor:
+        return self.sigmas[i].to(like.dtype)
+
+    def step_size(self, i: int, like: Tensor) -> Tensor:
+        return self.sigma(i + 1, like) - self.sigma(i, like)
+
+    def query_sigma(self, i: int, like: Tensor) -> Tensor:
+        """The noise level the model is told at step i (learned solvers may rescale it)."""
+        return self.sigma(i, like)
+
+    def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
+        """The history point of step i: one model call, or none for AFS at step 0."""
+        sigma = self.sigma(i, x)
+        if i == 0 and self.afs:
+            d = x / (1 + sigma**2).sqrt()
+            return Point(sigma, x, x - sigma * d, d)
+        denoised = denoiser(x, self.query_sigma(i, x))
+        return Point(sigma, x, denoised, (x - denoised) / sigma)
+
+    def evaluate_at(self, denoiser: Denoiser, x: Tensor, sigma: Tensor) -> Point:
+        denoised = denoiser(x, sigma)
+        return Point(sigma, x, denoised, (x - denoised) / sigma)
+
+    @abstractmethod
+    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
+        """Δ_i, so that x_{i+1} = x_i + h_i Δ_i."""
+
+    def forward(self, denoiser: Denoiser, x: Tensor) -> Tensor:
+        """Integrate from x at σ_max to σ_min."""
+        history: History = []
+        for i in range(self.num_steps):
+            history = [self.evaluate(denoiser, x, i), *history][: self.buffer_size]
+            x = x + self.step_size(i, x) * self.direction(i, x, history, denoiser)
+        return x
+
+
+class NFECounter:
+    """Wraps a denoiser and counts its calls: the NFE a rollout actually spent."""
+
+    def __init__(self, denoiser: Denoiser) -> None:
+        self.denoiser = denoiser
+        self.calls = 0
+
+    def __call__(self, x: Tensor, sigma: Tensor) -> Tensor:
+        self.calls += 1
+        return self.denoiser(x, sigma)

@@ -1,0 +1,62 @@
+"""Solver checkpoints: the spec and the parameters, written atomically, read with weights_only=True."""
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spanlift.errors import CheckpointError
+
+FORMAT = "spanlift-solver/1"
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """Write to a temporary file beside `path`, then rename: never a partial file at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_solver(
+    path: Path, solver: torch.nn.Module, metadata: dict[str, Any] | None = None
+) -> Path:
+    state = {k: v.detach().cpu() for k, v in solver.state_dict().items()}
+    payload = {
+        "format": FORMAT,
+        "spec": solver.spec.to_dict(),
+        "state": state,
+        "metadata": metadata or {},
+    }
+    atomic_torch_save(payload, Path(path))
+    return Path(path)
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or not a spanlift checkpoint: {exc}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a spanlift solver checkpoint ({FORMAT})")
+    return payload
+
+
+def load_solver_state(path: Path, expected: str) -> dict[str, torch.Tensor]:
+    payload = read_checkpoint(path)
+    name = payload["spec"]["name"]
+    if name != expected:
+        raise CheckpointError(f"checkpoint {path} holds solver {name!r}, expected {expected!r}")
+    return payload["state"]

@@ -1,0 +1,54 @@
+"""DPM-Solver++ multistep (Lu et al. 2022, Algorithm 2 and its third-order extension), in σ-form.
+
+With λ = −ln σ, h = λ_{i+1} − λ_i, r_k = h_{i−k} / h and D_i the denoised estimate at step i:
+
+    order 1:  x_{i+1} = (σ_{i+1}/σ_i) x_i − φ₁ D_i,                  φ₁ = e^{−h} − 1
+    order 2:  … − φ₁ D_i − ½ φ₁ (D_i − D_{i−1}) / r_0
+    order 3:  … − φ₁ D_i + φ₂ D1 − φ₃ D2,   φ₂ = φ₁/h + 1,  φ₃ = φ₂/h − ½,
+              D1_0 = (D_i − D_{i−1})/r_0,  D1_1 = (D_{i−1} − D_{i−2})/r_1,
+              D1 = D1_0 + r_0/(r_0 + r_1) (D1_0 − D1_1),  D2 = (D1_0 − D1_1)/(r_0 + r_1).
+
+`order` 2 is DPM-Solver++(2M), 3 is (3M). One NFE per step.
+"""
+
+import torch
+from torch import Tensor
+
+from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.ipndm import check_order
+from spanlift.solvers.logsnr import as_direction, half_logsnr, order_at
+from spanlift.solvers.registry import SOLVERS
+
+
+@SOLVERS.register("dpm_solver_pp")
+class DPMSolverPP(Solver):
+    """DPM-Solver++ multistep (2M/3M) in data prediction over logSNR, one NFE per step."""
+
+    name = "dpm_solver_pp"
+
+    def __init__(
+        self, sigmas: Tensor, afs: bool = False, order: int = 3, lower_order_final: bool = True
+    ) -> None:
+        super().__init__(sigmas, afs)
+        self.buffer_size = check_order(order, 3, "dpm_solver_pp")
+        self.lower_order_final = lower_order_final
+
+    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
+        order = order_at(i, self.num_steps, self.buffer_size, self.lower_order_final)
+        lam = [half_logsnr(self.sigma(i + 1 - k, x)) for k in range(order + 1)]  # λ_{i+1}, λ_i, …
+        h = lam[0] - lam[1]
+        phi_1 = torch.expm1(-h)
+        d = [p.denoised for p in history]
+        x_next = (self.sigma(i + 1, x) / self.sigma(i, x)) * x - phi_1 * d[0]
+        if order == 2:
+            r0 = (lam[1] - lam[2]) / h
+            x_next = x_next - 0.5 * phi_1 * (d[0] - d[1]) / r0
+        elif order == 3:
+            r0, r1 = (lam[1] - lam[2]) / h, (lam[2] - lam[3]) / h
+            d1_0, d1_1 = (d[0] - d[1]) / r0, (d[1] - d[2]) / r1
+            d1 = d1_0 + r0 / (r0 + r1) * (d1_0 - d1_1)
+            d2 = (d1_0 - d1_1) / (r0 + r1)
+            phi_2 = phi_1 / h + 1
+            phi_3 = phi_2 / h - 0.5
+            x_next = x_next + phi_2 * d1 - phi_3 * d2
+        return as_direction(x_next, x, self.step_size(i, x))

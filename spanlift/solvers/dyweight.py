@@ -1,0 +1,37 @@
+"""DyWeight: a learned lower-triangular weight table over the derivative buffer, plus time scaling.
+
+    Δ_i = Σ_{j ≤ min(i, K−1)} W_{i,j} d_{i−j},     d_i = (x_i − D(x_i, σ_i e^{τ_i})) / σ_i
+
+W starts at the iPNDM table (rows sum to 1) and is learned freely, so the row sum Σ_j W_{i,j}
+rescales the step: the effective step is h_i Σ_j W_{i,j}. τ_i (init 0) rescales the noise level
+the model is told at step i. One NFE per step, like the iPNDM it starts from.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.ipndm import ADAMS_BASHFORTH, check_order, ipndm_weights
+from spanlift.solvers.registry import SOLVERS
+
+
+@SOLVERS.register("dyweight")
+class DyWeight(Solver):
+    """DyWeight: learned weights over the last `order` derivatives (init iPNDM) and time scaling."""
+
+    name = "dyweight"
+
+    def __init__(self, sigmas: Tensor, afs: bool = False, order: int = 3) -> None:
+        super().__init__(sigmas, afs)
+        self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), "dyweight")
+        self.weights = nn.Parameter(ipndm_weights(self.num_steps, order).float())
+        self.log_time_scale = nn.Parameter(torch.zeros(self.num_steps))
+        mask = torch.ones(self.num_steps, order).tril()
+        self.register_buffer("mask", mask)
+
+    def query_sigma(self, i: int, like: Tensor) -> Tensor:
+        return self.sigma(i, like) * self.log_time_scale[i].to(like.dtype).exp()
+
+    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
+        row = (self.weights[i] * self.mask[i]).to(x.dtype)
+        return sum(row[j] * p.derivative for j, p in enumerate(history))

@@ -1,0 +1,16 @@
+"""Euler (= DDIM in σ-form): Δ_i = d_i."""
+
+from torch import Tensor
+
+from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.registry import SOLVERS
+
+
+@SOLVERS.register("euler")
+class Euler(Solver):
+    """Euler / DDIM: x_{i+1} = x_i + h_i d_i. First order, one evaluation per step."""
+
+    name = "euler"
+
+    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
+        return history[0].derivative

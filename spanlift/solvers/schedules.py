@@ -1,0 +1,37 @@
+"""Noise-level schedules: pure functions from a number of steps to N + 1 decreasing σ values.
+
+Each returns σ_0 = σ_max > σ_1 > … > σ_N = σ_min as a float64 tensor; solvers never build grids.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from spanlift.registry import Registry
+
+Schedule = Callable[[int, float, float], Tensor]
+SCHEDULES: Registry[Schedule] = Registry("schedule")
+
+
+@SCHEDULES.register("edm")
+def edm_polynomial(steps: int, sigma_min: float, sigma_max: float, rho: float = 7.0) -> Tensor:
+    """EDM (Karras et al. 2022, eq. 5): σ_i = (σ_max^(1/ρ) + i/N (σ_min^(1/ρ) − σ_max^(1/ρ)))^ρ."""
+    ramp = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
+    lo, hi = sigma_min ** (1 / rho), sigma_max ** (1 / rho)
+    return (hi + ramp * (lo - hi)) ** rho
+
+
+@SCHEDULES.register("logsnr")
+def logsnr_uniform(steps: int, sigma_min: float, sigma_max: float) -> Tensor:
+    """Uniform in logSNR λ = −2 ln σ (DPM-Solver's default): σ_i = exp(linspace(ln σ_max, ln σ_min))."""
+    return torch.linspace(
+        math.log(sigma_max), math.log(sigma_min), steps + 1, dtype=torch.float64
+    ).exp()
+
+
+@SCHEDULES.register("time")
+def time_uniform(steps: int, sigma_min: float, sigma_max: float) -> Tensor:
+    """Uniform in EDM time t = σ: σ_i = σ_max + i/N (σ_min − σ_max)."""
+    return torch.linspace(sigma_max, sigma_min, steps + 1, dtype=torch.float64)

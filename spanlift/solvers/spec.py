@@ -1,0 +1,90 @@
+"""A solver's full description (name, NFE, schedule, settings) and how to build it.
+
+    spec = SolverSpec("spanlift", nfe=3, settings={"base": "dyweight", "kernel_size": 5})
+    solver = build_solver(spec, sigma_min=0.002, sigma_max=80.0, channels=3)
+
+The number of steps is derived from the NFE through the solver's own NFE accounting, so a
+solver always spends exactly the NFE it is built for, or building it fails with the NFEs it can.
+"""
+
+import inspect
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spanlift.errors import SettingsError, UnreachableNFEError
+from spanlift.solvers.base import Solver
+from spanlift.solvers.registry import SOLVERS
+from spanlift.solvers.schedules import SCHEDULES
+
+
+@dataclass(frozen=True)
+class SolverSpec:
+    name: str
+    nfe: int
+    schedule: str = "edm"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SolverSpec":
+        return cls(
+            data["name"],
+            int(data["nfe"]),
+            data.get("schedule", "edm"),
+            dict(data.get("settings") or {}),
+        )
+
+    def label(self) -> str:
+        """A short human-readable name, e.g. `spanlift[dyweight,spatial,k3]` or `ipndm[order=3]`."""
+        if not self.settings:
+            return self.name
+        inner = ",".join(
+            f"{k}={v}" for k, v in sorted(self.settings.items()) if k != "base_checkpoint"
+        )
+        return f"{self.name}[{inner}]"
+
+
+def solver_settings(cls: type[Solver]) -> dict[str, Any]:
+    """The settings a solver class accepts and their defaults (its constructor's keywords)."""
+    params = list(inspect.signature(cls.__init__).parameters.values())
+    return {p.name: p.default for p in params if p.name not in ("self", "sigmas", "channels")}
+
+
+def check_settings(name: str, settings: dict[str, Any]) -> None:
+    accepted = solver_settings(SOLVERS.get(name))
+    unknown = sorted(set(settings) - set(accepted))
+    if unknown:
+        raise SettingsError(
+            f"solver {name!r} has no setting {unknown[0]!r}; its settings are: {', '.join(accepted) or 'none'}"
+        )
+    if name == "spanlift" and settings.get("base_settings"):
+        check_settings(settings.get("base", "dyweight"), settings["base_settings"])
+
+
+def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any]) -> int:
+    """The number of steps with which solver `name` spends exactly `nfe` model evaluations."""
+    if not isinstance(nfe, int) or isinstance(nfe, bool) or nfe < 1:
+        raise UnreachableNFEError(f"nfe must be a positive integer, got {nfe!r}")
+    cls = SOLVERS.get(name)
+    spend = {steps: cls.nfe_for_steps(steps, settings) for steps in range(1, nfe + 3)}
+    for steps, used in spend.items():
+        if used == nfe:
+            return steps
+    reachable = sorted({n for n in spend.values() if n >= 1})
+    raise UnreachableNFEError(
+        f"solver {name!r} with {settings or 'default settings'} cannot spend exactly nfe={nfe}; "
+        f"it can spend {', '.join(map(str, reachable[:6]))}, …"
+    )
+
+
+def build_solver(spec: SolverSpec, sigma_min: float, sigma_max: float, channels: int) -> Solver:
+    check_settings(spec.name, spec.settings)
+    steps = steps_for_nfe(spec.name, spec.nfe, spec.settings)
+    if not 0 < sigma_min < sigma_max:
+        raise SettingsError(f"need 0 < sigma_min < sigma_max, got {sigma_min} and {sigma_max}")
+    sigmas = SCHEDULES.get(spec.schedule)(steps, sigma_min, sigma_max)
+    solver = SOLVERS.get(spec.name).build(sigmas, channels, **spec.settings)
+    solver.spec = spec
+    return solver
