@@ -167,7 +167,7 @@ def read_teacher(folder: Path) -> TeacherSet:
                 f"teacher cache shard {path} is missing or corrupt (checksum mismatch); delete {folder}"
             )
         table = pq.read_table(path)
-        seeds.append(torch.from_numpy(table["seed"].to_numpy()))
+        seeds.append(torch.from_numpy(table["seed"].to_numpy().copy()))
         for out, col in ((noise, "noise"), (endpoints, "endpoint")):
             values = table[col].combine_chunks().flatten().to_numpy()
             out.append(torch.from_numpy(values.copy()).reshape(-1, *shape))

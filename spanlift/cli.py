@@ -1,0 +1,182 @@
+"""The `spanlift` command line.
+
+    spanlift solvers                      list solvers and their settings
+    spanlift backbones                    list backbones
+    spanlift fit --backbone gmm --solver spanlift --nfe 3 --set kernel_size=5
+    spanlift demo                         fit and compare solvers on the digits backbone
+    spanlift train-digits                 retrain the embedded digits denoiser
+
+User errors print one line and exit with status 2; bugs keep their traceback.
+"""
+
+import argparse
+import inspect
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spanlift.errors import SettingsError, SpanliftError
+
+DEFAULT_CACHE = Path(".spanlift") / "cache"
+
+
+def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
+    """`key=value` pairs into a dict; values are read as YAML (3 → int, true → bool, {..} → dict)."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"--set expects key=value, got {pair!r}")
+        settings[key] = yaml.safe_load(value)
+    return settings
+
+
+def cmd_solvers(args: argparse.Namespace) -> None:
+    from spanlift.solvers import SOLVERS, solver_settings
+
+    for name, cls in SOLVERS:
+        summary = inspect.getdoc(cls).splitlines()[0]
+        settings = ", ".join(f"{k}={v!r}" for k, v in solver_settings(cls).items())
+        print(f"{name:<14} {summary}\n{'':<14} settings: {settings or '-'}")
+
+
+def cmd_backbones(args: argparse.Namespace) -> None:
+    from spanlift.backbones import BACKBONES
+
+    for name, cls in BACKBONES:
+        print(f"{name:<10} {inspect.getdoc(cls).splitlines()[0]}")
+
+
+def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
+    from spanlift.platform.teacher import load_or_generate
+
+    if args.train_samples < 1 or args.test_samples < 1:
+        raise SettingsError("--train-samples and --test-samples must be positive")
+    train = load_or_generate(args.cache, backbone, range(args.train_samples))
+    test_seeds = range(10**9, 10**9 + args.test_samples)  # disjoint from training seeds
+    return train, load_or_generate(args.cache, backbone, test_seeds)
+
+
+def fit_settings(args: argparse.Namespace) -> Any:
+    from spanlift.platform.fit import FitSettings
+
+    return FitSettings(
+        iterations=args.iterations, batch_size=args.batch_size, lr=args.lr, seed=args.seed
+    )
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    from spanlift.backbones import load_backbone
+    from spanlift.platform.compare import compare, format_table
+    from spanlift.solvers import SolverSpec
+
+    spec = SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set))
+    settings = fit_settings(args)  # validate before any work
+    backbone = load_backbone(args.backbone)
+    train, test = teacher_sets(args, backbone)
+    rows = compare([spec], backbone, train, test, settings, args.out)
+    print(format_table(rows))
+    if rows[0].checkpoint:
+        print(f"checkpoint: {rows[0].checkpoint}")
+
+
+DEMO_SOLVERS = [
+    ("euler", {}),
+    ("heun", {}),
+    ("ipndm", {"order": 3}),
+    ("dpm_solver_pp", {"order": 3}),
+    ("unipc", {"order": 3}),
+    ("dyweight", {"order": 3}),
+    ("spanlift", {"base": "dyweight", "operator": "spatial", "kernel_size": 3}),
+]
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from spanlift.backbones import load_backbone
+    from spanlift.platform.compare import compare, format_table
+    from spanlift.solvers import SolverSpec
+
+    settings = fit_settings(args)
+    backbone = load_backbone(args.backbone)
+    train, test = teacher_sets(args, backbone)
+    specs = [
+        SolverSpec(name, nfe, args.schedule, settings_)
+        for nfe in args.nfe
+        for name, settings_ in DEMO_SOLVERS
+        if name != "heun" or nfe % 2 == 1  # Heun spends 2N − 1 evaluations
+    ]
+    grid = args.out / "samples.png"
+    rows = compare(specs, backbone, train, test, settings, args.out, grid=grid)
+    print(
+        f"\nEndpoint RMSE against the teacher (ipndm order 4, NFE 35) on {len(test)} held-out seeds:"
+    )
+    print(format_table(rows))
+    print(f"samples (teacher first, same seeds per column): {grid}")
+
+
+def cmd_train_digits(args: argparse.Namespace) -> None:
+    from spanlift.backbones.train_digits import train_digits
+
+    print(f"wrote {train_digits(args.out, steps=args.steps, seed=args.seed)}")
+
+
+def add_fit_options(p: argparse.ArgumentParser, out: str, nfe: Any, backbone: str) -> None:
+    p.add_argument(
+        "--backbone", default=backbone, help="registered backbone (see `spanlift backbones`)"
+    )
+    p.add_argument("--schedule", default="edm", help="edm, logsnr or time")
+    p.add_argument("--iterations", type=int, default=300, help="fit iterations (default 300)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-samples", type=int, default=1024, help="teacher endpoints to fit on")
+    p.add_argument("--test-samples", type=int, default=256, help="held-out endpoints to score on")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
+    p.add_argument("--out", type=Path, default=Path(out), help="folder for checkpoints")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="spanlift", description=__doc__.split("\n")[0])
+    sub = root.add_subparsers(dest="command", required=True)
+    sub.add_parser("solvers", help="list solvers and their settings").set_defaults(run=cmd_solvers)
+    sub.add_parser("backbones", help="list backbones").set_defaults(run=cmd_backbones)
+
+    fit = sub.add_parser("fit", help="fit one solver by endpoint teacher matching and score it")
+    fit.add_argument("--solver", required=True, help="registered solver (see `spanlift solvers`)")
+    fit.add_argument("--nfe", type=int, required=True, help="model evaluations the solver spends")
+    fit.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="solver setting"
+    )
+    add_fit_options(fit, out="runs/fit", nfe=None, backbone="digits")
+    fit.set_defaults(run=cmd_fit)
+
+    demo = sub.add_parser("demo", help="fit and compare solvers on the embedded digits backbone")
+    demo.add_argument("--nfe", type=int, nargs="+", default=[3], help="NFE budgets (default 3)")
+    add_fit_options(demo, out="runs/demo", nfe=[3], backbone="digits")
+    demo.set_defaults(run=cmd_demo)
+
+    train = sub.add_parser("train-digits", help="retrain the embedded digits denoiser")
+    train.add_argument("--steps", type=int, default=4000)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--out", type=Path, default=Path("spanlift/backbones/weights/digits_unet.pt")
+    )
+    train.set_defaults(run=cmd_train_digits)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.run(args)
+    except SpanliftError as exc:
+        print(f"spanlift: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

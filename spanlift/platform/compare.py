@@ -1,0 +1,132 @@
+"""Fit (where learnable) and score a list of solvers against the same teacher: the comparison table.
+
+A SpanLift whose base is itself learnable (DyWeight) and has no `base_checkpoint` is fitted in two
+stages, as in the paper: the base first, then the operator on the frozen fitted base.
+"""
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from spanlift.backbones import Backbone
+from spanlift.platform.fit import FitSettings, endpoint_rmse, fit, rollout
+from spanlift.platform.sample_grid import save_sample_grid
+from spanlift.platform.teacher import TeacherSet
+from spanlift.solvers import Solver, SolverSpec, build_solver, save_solver
+
+GRID_COLUMNS = 8
+
+
+@dataclass
+class Row:
+    solver: str
+    nfe: int
+    rmse: float
+    fit_seconds: float
+    ms_per_image: float
+    checkpoint: str = ""
+
+
+def build(spec: SolverSpec, backbone: Backbone) -> Solver:
+    return build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+
+
+def is_learnable(solver: Solver) -> bool:
+    return any(p.requires_grad for p in solver.parameters())
+
+
+def base_spec(spec: SolverSpec) -> SolverSpec:
+    """The spec of a SpanLift's base solver."""
+    settings = spec.settings
+    return SolverSpec(
+        settings.get("base", "dyweight"),
+        spec.nfe,
+        spec.schedule,
+        dict(settings.get("base_settings") or {}),
+    )
+
+
+def needs_fitted_base(spec: SolverSpec, backbone: Backbone) -> bool:
+    settings = spec.settings
+    if (
+        spec.name != "spanlift"
+        or settings.get("base_checkpoint")
+        or not settings.get("freeze_base", True)
+    ):
+        return False
+    return is_learnable(build(base_spec(spec), backbone))
+
+
+def fit_spec(
+    spec: SolverSpec,
+    backbone: Backbone,
+    train: TeacherSet,
+    settings: FitSettings,
+    workdir: Path,
+    progress: bool = True,
+) -> tuple[Solver, float]:
+    """The solver of `spec`, fitted if it has parameters; returns it and the fit time in seconds."""
+    seconds = 0.0
+    if needs_fitted_base(spec, backbone):
+        base, seconds = fit_spec(base_spec(spec), backbone, train, settings, workdir, progress)
+        path = save_solver(workdir / f"{base.spec.name}-nfe{spec.nfe}-base.pt", base)
+        spec = replace(spec, settings={**spec.settings, "base_checkpoint": str(path)})
+    solver = build(spec, backbone)
+    if is_learnable(solver):
+        seconds += fit(solver, backbone, train, settings, progress=progress).seconds
+    return solver, seconds
+
+
+@torch.no_grad()
+def latency_ms(solver: Solver, backbone: Backbone, noise: torch.Tensor, repeats: int = 3) -> float:
+    """Best-of-`repeats` wall time of one rollout of `noise`, per image, in milliseconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        rollout(solver, backbone, noise)
+        times.append(time.perf_counter() - start)
+    return 1000 * min(times) / len(noise)
+
+
+def compare(
+    specs: list[SolverSpec],
+    backbone: Backbone,
+    train: TeacherSet,
+    test: TeacherSet,
+    settings: FitSettings,
+    workdir: Path,
+    progress: bool = True,
+    grid: Path | None = None,
+) -> list[Row]:
+    """Fit where learnable, then score each spec on `test`; optionally save a PNG of samples."""
+    for spec in specs:  # every spec is checked before any work starts
+        build(spec, backbone)
+    rows, samples = [], {"teacher": backbone.to_images(test.endpoints[:GRID_COLUMNS])}
+    for spec in specs:
+        solver, seconds = fit_spec(spec, backbone, train, settings, workdir, progress)
+        checkpoint = ""
+        if is_learnable(solver) or spec.name == "spanlift":
+            checkpoint = str(save_solver(workdir / f"{spec.name}-nfe{spec.nfe}.pt", solver))
+        rmse = endpoint_rmse(solver, backbone, test)
+        ms = latency_ms(solver, backbone, test.noise[:64])
+        rows.append(Row(spec.label(), solver.nfe, rmse, seconds, ms, checkpoint))
+        with torch.no_grad():
+            endpoints = rollout(solver, backbone, test.noise[:GRID_COLUMNS])
+        samples[f"{spec.label()} nfe={solver.nfe}"] = backbone.to_images(endpoints)
+    if grid:
+        save_sample_grid(samples, grid)
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    """Rows sorted by NFE then RMSE, as an aligned text table."""
+    width = max([len("solver"), *(len(r.solver) for r in rows)])
+    header = f"{'solver':<{width}} {'NFE':>3} {'RMSE vs teacher':>16} {'fit s':>7} {'ms/img':>7}"
+    lines = [header, "-" * len(header)]
+    for r in sorted(rows, key=lambda r: (r.nfe, r.rmse)):
+        lines.append(
+            f"{r.solver:<{width}} {r.nfe:>3} {r.rmse:>16.4f} {r.fit_seconds:>7.1f} {r.ms_per_image:>7.2f}"
+        )
+    return "\n".join(lines)
