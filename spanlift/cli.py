@@ -53,8 +53,6 @@ def cmd_backbones(args: argparse.Namespace) -> None:
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
     from spanlift.platform.teacher import load_or_generate
 
-    if args.train_samples < 1 or args.test_samples < 1:
-        raise SettingsError("--train-samples and --test-samples must be positive")
     train = load_or_generate(args.cache, backbone, range(args.train_samples))
     test_seeds = range(10**9, 10**9 + args.test_samples)  # disjoint from training seeds
     return train, load_or_generate(args.cache, backbone, test_seeds)
@@ -63,6 +61,10 @@ def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
 def fit_settings(args: argparse.Namespace) -> Any:
     from spanlift.platform.fit import FitSettings
 
+    if args.train_samples < 1 or args.test_samples < 1:
+        raise SettingsError(
+            f"--train-samples and --test-samples must be positive, got {args.train_samples} and {args.test_samples}"
+        )
     return FitSettings(
         iterations=args.iterations, batch_size=args.batch_size, lr=args.lr, seed=args.seed
     )
@@ -70,12 +72,13 @@ def fit_settings(args: argparse.Namespace) -> Any:
 
 def cmd_fit(args: argparse.Namespace) -> None:
     from spanlift.backbones import load_backbone
-    from spanlift.platform.compare import compare, format_table
+    from spanlift.platform.compare import build, compare, format_table
     from spanlift.solvers import SolverSpec
 
     spec = SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set))
-    settings = fit_settings(args)  # validate before any work
+    settings = fit_settings(args)
     backbone = load_backbone(args.backbone)
+    build(spec, backbone)  # reject a bad spec before generating the teacher
     train, test = teacher_sets(args, backbone)
     rows = compare([spec], backbone, train, test, settings, args.out)
     print(format_table(rows))

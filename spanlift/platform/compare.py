@@ -14,7 +14,7 @@ from spanlift.backbones import Backbone
 from spanlift.platform.fit import FitSettings, endpoint_rmse, fit, rollout
 from spanlift.platform.sample_grid import save_sample_grid
 from spanlift.platform.teacher import TeacherSet
-from spanlift.solvers import Solver, SolverSpec, build_solver, save_solver
+from spanlift.solvers import Solver, SolverSpec, build_solver, read_checkpoint, save_solver
 
 GRID_COLUMNS = 8
 
@@ -66,16 +66,28 @@ def fit_spec(
     settings: FitSettings,
     workdir: Path,
     progress: bool = True,
+    fitted: dict[str, Path] | None = None,
 ) -> tuple[Solver, float]:
-    """The solver of `spec`, fitted if it has parameters; returns it and the fit time in seconds."""
+    """The solver of `spec`, fitted if it has parameters; returns it and the fit time in seconds.
+
+    Fitted solvers are checkpointed under `workdir` and recorded in `fitted` (spec key → path), so
+    a base that was already fitted in this comparison is loaded, not fitted again.
+    """
+    fitted = {} if fitted is None else fitted
     seconds = 0.0
     if needs_fitted_base(spec, backbone):
-        base, seconds = fit_spec(base_spec(spec), backbone, train, settings, workdir, progress)
-        path = save_solver(workdir / f"{base.spec.name}-nfe{spec.nfe}-base.pt", base)
-        spec = replace(spec, settings={**spec.settings, "base_checkpoint": str(path)})
+        base = base_spec(spec)
+        if base.key() not in fitted:
+            seconds = fit_spec(base, backbone, train, settings, workdir, progress, fitted)[1]
+        spec = replace(spec, settings={**spec.settings, "base_checkpoint": str(fitted[base.key()])})
     solver = build(spec, backbone)
-    if is_learnable(solver):
+    if spec.key() in fitted:
+        solver.load_state_dict(read_checkpoint(fitted[spec.key()])["state"])
+    elif is_learnable(solver):
         seconds += fit(solver, backbone, train, settings, progress=progress).seconds
+        fitted[spec.key()] = save_solver(
+            workdir / f"{spec.name}-nfe{spec.nfe}-{spec.key()}.pt", solver
+        )
     return solver, seconds
 
 
@@ -104,11 +116,10 @@ def compare(
     for spec in specs:  # every spec is checked before any work starts
         build(spec, backbone)
     rows, samples = [], {"teacher": backbone.to_images(test.endpoints[:GRID_COLUMNS])}
+    fitted: dict[str, Path] = {}
     for spec in specs:
-        solver, seconds = fit_spec(spec, backbone, train, settings, workdir, progress)
-        checkpoint = ""
-        if is_learnable(solver) or spec.name == "spanlift":
-            checkpoint = str(save_solver(workdir / f"{spec.name}-nfe{spec.nfe}.pt", solver))
+        solver, seconds = fit_spec(spec, backbone, train, settings, workdir, progress, fitted)
+        checkpoint = str(fitted.get(spec.key(), ""))
         rmse = endpoint_rmse(solver, backbone, test)
         ms = latency_ms(solver, backbone, test.noise[:64])
         rows.append(Row(spec.label(), solver.nfe, rmse, seconds, ms, checkpoint))

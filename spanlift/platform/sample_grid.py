@@ -13,7 +13,8 @@ def save_sample_grid(
     first = next(iter(rows.values()))
     n, h, w, _ = first.shape
     pad = 2
-    label_width = 8 + 6 * max(len(label) for label in rows)  # the default font is 6 px wide
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    label_width = 12 + int(max(measure.textlength(label) for label in rows))
     cell_w, cell_h = w * scale + pad, h * scale + pad
     canvas = Image.new("RGB", (label_width + n * cell_w, len(rows) * cell_h), "white")
     draw = ImageDraw.Draw(canvas)

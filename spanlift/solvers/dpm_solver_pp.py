@@ -9,6 +9,11 @@ With λ = −ln σ, h = λ_{i+1} − λ_i, r_k = h_{i−k} / h and D_i the denoi
               D1 = D1_0 + r_0/(r_0 + r_1) (D1_0 − D1_1),  D2 = (D1_0 − D1_1)/(r_0 + r_1).
 
 `order` 2 is DPM-Solver++(2M), 3 is (3M). One NFE per step.
+
+The third-order update is the one of the reference implementation (and k-diffusion), which the
+published 3M numbers use. Note that there D2 = h² D''/2 while φ₃ weights h² D'', so the
+second-derivative term carries half its exact weight: with exact history its local error is
+O(h³), like 2M (tests/test_convergence.py measures this), not O(h⁴).
 """
 
 import torch

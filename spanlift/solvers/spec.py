@@ -7,7 +7,9 @@ The number of steps is derived from the NFE through the solver's own NFE account
 solver always spends exactly the NFE it is built for, or building it fails with the NFEs it can.
 """
 
+import hashlib
 import inspect
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +37,14 @@ class SolverSpec:
             data.get("schedule", "edm"),
             dict(data.get("settings") or {}),
         )
+
+    def key(self) -> str:
+        """A short digest that is equal for equal solvers, defaults filled in."""
+        settings = {**solver_settings(SOLVERS.get(self.name)), **self.settings}
+        content = json.dumps(
+            [self.name, self.nfe, self.schedule, settings], sort_keys=True, default=str
+        )
+        return hashlib.sha256(content.encode()).hexdigest()[:12]
 
     def label(self) -> str:
         """A short human-readable name, e.g. `spanlift[dyweight,spatial,k3]` or `ipndm[order=3]`."""

@@ -1,0 +1,264 @@
+"""The sweep YAML schema, validated into typed objects before Ray starts.
+
+A bad file is rejected with the key path, the value and what was expected, e.g.
+`sweeps/x.yaml: solvers[2].search.kernel_size: expected a list of values, got 3`.
+See `sweeps/digits_nfe.yaml` for a commented example of every section.
+"""
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spanlift.backbones import BACKBONES
+from spanlift.errors import SettingsError, SpanliftError
+from spanlift.platform.fit import FitSettings
+from spanlift.platform.losses import LOSSES
+from spanlift.solvers import SOLVERS, SolverSpec, build_solver
+from spanlift.solvers.spec import check_settings, steps_for_nfe
+
+
+class SweepConfigError(SettingsError):
+    """A sweep file that does not follow the schema."""
+
+
+@dataclass(frozen=True)
+class SolverEntry:
+    """One solver to compare: fixed settings, NFE budgets and the settings to search over."""
+
+    name: str
+    nfe: tuple[int, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+    search: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def grid(self) -> list[SolverSpec]:
+        keys = list(self.search)
+        specs = []
+        for nfe in self.nfe:
+            for values in itertools.product(*(self.search[k] for k in keys)):
+                specs.append(
+                    SolverSpec(
+                        self.name,
+                        nfe,
+                        "edm",
+                        {**self.settings, **dict(zip(keys, values, strict=True))},
+                    )
+                )
+        return specs
+
+
+@dataclass(frozen=True)
+class Resources:
+    trial_cpu: float = 0.1
+    workers: int = 1
+    worker_cpu: float = 0.9
+    use_gpu: bool = False
+    max_failures: int = 2
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    solver: SolverSpec
+    train_samples: int = 1024
+    test_samples: int = 256
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    experiment: str
+    backbone: str
+    backbone_options: dict[str, Any]
+    teacher: TeacherConfig
+    solvers: tuple[SolverEntry, ...]
+    algorithm: str = "grid"
+    num_samples: int = 0
+    metric: str = "rmse"
+    mode: str = "min"
+    fit: FitSettings = field(default_factory=FitSettings)
+    resources: Resources = field(default_factory=Resources)
+    tracking_uri: str = "sqlite:///mlflow.db"
+    storage: str = "runs/sweeps"
+    source: str = ""
+
+    def trials(self) -> list[SolverSpec]:
+        """Every configuration of the grid, in file order."""
+        return [spec for entry in self.solvers for spec in entry.grid()]
+
+
+class _Reader:
+    """Reads one mapping of the YAML with a key path for every error message."""
+
+    def __init__(self, data: Any, path: str, source: str) -> None:
+        self.source, self.path = source, path
+        if not isinstance(data, dict):
+            self.fail("", data, "a mapping of keys to values")
+        self.data = data
+
+    def fail(self, key: str, value: Any, expected: str) -> None:
+        self.error(key, f"expected {expected}, got {value!r}")
+
+    def error(self, key: str, message: str) -> None:
+        where = f"{self.path}.{key}" if self.path and key else (key or self.path or "top level")
+        raise SweepConfigError(f"{self.source}: {where}: {message}")
+
+    def only(self, *allowed: str) -> None:
+        for key in self.data:
+            if key not in allowed:
+                self.error(key, f"unknown key; the keys here are: {', '.join(allowed)}")
+
+    def get(
+        self, key: str, kind: type | tuple[type, ...], default: Any = ..., expected: str = ""
+    ) -> Any:
+        if key not in self.data:
+            if default is ...:
+                self.fail(key, None, f"a value for the required key '{key}'")
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
+            self.fail(key, value, expected or f"a {getattr(kind, '__name__', kind)}")
+        return value
+
+    def child(self, key: str, default: Any = ...) -> "_Reader":
+        return _Reader(
+            self.get(key, dict, default, "a mapping"), f"{self.path}.{key}".strip("."), self.source
+        )
+
+    def positive_int(self, key: str, default: Any = ...) -> int:
+        value = self.get(key, int, default, "a positive integer")
+        if value < 1:
+            self.fail(key, value, "a positive integer")
+        return value
+
+    def positive_number(self, key: str, default: Any = ...) -> float:
+        value = self.get(key, (int, float), default, "a positive number")
+        if value <= 0:
+            self.fail(key, value, "a positive number")
+        return float(value)
+
+
+def _checked(reader: _Reader, key: str, check: Any) -> None:
+    """Run a library check and re-raise its message under the YAML key path."""
+    try:
+        check()
+    except SpanliftError as exc:
+        reader.error(key, str(exc))
+
+
+def _solver_entry(data: Any, path: str, source: str) -> SolverEntry:
+    r = _Reader(data, path, source)
+    r.only("name", "nfe", "settings", "search")
+    name = r.get("name", str, expected="a solver name")
+    _checked(r, "name", lambda: SOLVERS.get(name))
+    nfe = r.get("nfe", (int, list), expected="an NFE or a list of NFEs")
+    nfe = tuple(nfe if isinstance(nfe, list) else [nfe])
+    settings = r.get("settings", dict, {}, "a mapping of solver settings")
+    search_reader = r.child("search", {})
+    search = {}
+    for key, values in search_reader.data.items():
+        if not isinstance(values, list) or not values:
+            search_reader.fail(key, values, "a non-empty list of values")
+        search[key] = tuple(values)
+    entry = SolverEntry(name, nfe, settings, search)
+    for spec in entry.grid():
+        _checked(r, "settings", lambda spec=spec: check_settings(spec.name, spec.settings))
+        _checked(r, "nfe", lambda spec=spec: steps_for_nfe(spec.name, spec.nfe, spec.settings))
+        _checked(r, "settings", lambda spec=spec: build_solver(spec, 0.002, 80.0, channels=1))
+    return entry
+
+
+def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
+    r = _Reader(data, "", source)
+    r.only(
+        "experiment",
+        "backbone",
+        "teacher",
+        "solvers",
+        "search",
+        "fit",
+        "resources",
+        "tracking",
+        "storage",
+    )
+    backbone = r.data.get("backbone")
+    if isinstance(backbone, str):
+        backbone = {"name": backbone}
+    b = _Reader(backbone, "backbone", source)
+    b.only("name", "options")
+    backbone_name = b.get("name", str, expected="a backbone name")
+    _checked(b, "name", lambda: BACKBONES.get(backbone_name))
+
+    t = r.child("teacher", {})
+    t.only("solver", "nfe", "schedule", "settings", "train_samples", "test_samples")
+    teacher = TeacherConfig(
+        SolverSpec(
+            t.get("solver", str, "ipndm"),
+            t.positive_int("nfe", 35),
+            t.get("schedule", str, "edm"),
+            t.get("settings", dict, {"order": 4}),
+        ),
+        t.positive_int("train_samples", 1024),
+        t.positive_int("test_samples", 256),
+    )
+    solvers_data = r.get("solvers", list, expected="a list of solvers to compare")
+    if not solvers_data:
+        r.fail("solvers", solvers_data, "at least one solver")
+    solvers = tuple(_solver_entry(s, f"solvers[{i}]", source) for i, s in enumerate(solvers_data))
+
+    s = r.child("search", {})
+    s.only("algorithm", "num_samples", "metric", "mode")
+    algorithm = s.get("algorithm", str, "grid")
+    if algorithm not in ("grid", "tpe"):
+        s.fail("algorithm", algorithm, "'grid' or 'tpe'")
+    mode = s.get("mode", str, "min")
+    if mode not in ("min", "max"):
+        s.fail("mode", mode, "'min' or 'max'")
+
+    f = r.child("fit", {})
+    f.only(*FitSettings().to_dict())
+    try:
+        fit = FitSettings(**f.data)
+    except SpanliftError as exc:
+        raise SweepConfigError(f"{source}: fit: {exc}") from None
+    if fit.loss not in LOSSES:
+        f.fail("loss", fit.loss, f"one of {', '.join(LOSSES.names())}")
+
+    res = r.child("resources", {})
+    res.only("trial_cpu", "workers", "worker_cpu", "use_gpu", "max_failures")
+    resources = Resources(
+        res.positive_number("trial_cpu", 0.1),
+        res.positive_int("workers", 1),
+        res.positive_number("worker_cpu", 0.9),
+        res.get("use_gpu", bool, False),
+        res.get("max_failures", int, 2),
+    )
+    tracking = r.child("tracking", {})
+    tracking.only("uri")
+    return SweepConfig(
+        experiment=r.get("experiment", str, expected="an experiment name"),
+        backbone=backbone_name,
+        backbone_options=b.get("options", dict, {}),
+        teacher=teacher,
+        solvers=solvers,
+        algorithm=algorithm,
+        num_samples=s.positive_int("num_samples", 1) if algorithm == "tpe" else 0,
+        metric=s.get("metric", str, "rmse"),
+        mode=mode,
+        fit=fit,
+        resources=resources,
+        tracking_uri=tracking.get("uri", str, "sqlite:///mlflow.db"),
+        storage=r.get("storage", str, "runs/sweeps"),
+        source=source,
+    )
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise SweepConfigError(f"sweep file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SweepConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_sweep(data, str(path))
