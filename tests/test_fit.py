@@ -1,5 +1,7 @@
 """Endpoint teacher matching: the learned solvers beat their starting points on held-out seeds."""
 
+import copy
+
 import pytest
 import torch
 
@@ -42,6 +44,28 @@ def test_fit_is_deterministic_under_a_seed(gmm, gmm_teacher):
 
     assert torch.equal(fitted(0), fitted(0))
     assert not torch.equal(fitted(0), fitted(1))
+
+
+def test_resumed_fit_continues_exactly(gmm, gmm_teacher):
+    """Stop at a checkpoint, start a new solver from the saved state: same result as no stop."""
+    train, _ = gmm_teacher
+    settings = FitSettings(iterations=40, checkpoint_every=15, log_every=5, seed=3)
+    states, metrics = {}, []
+
+    def record(values, state):
+        metrics.append(values)
+        if state is not None:
+            states[state["iteration"]] = copy.deepcopy(state)
+
+    straight = build(gmm, "spanlift", base="ipndm", hidden_dim=8)
+    whole = fit(straight, gmm, train, settings, report=record, progress=False)
+    assert sorted(states) == [15, 30, 40]  # every checkpoint_every iterations, and the last
+    resumed = build(gmm, "spanlift", base="ipndm", hidden_dim=8)
+    rest = fit(resumed, gmm, train, settings, progress=False, resume=states[30])
+    for a, b in zip(straight.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert rest.losses == whole.losses
+    assert metrics[-1]["iteration"] == 40
 
 
 class NaNMixture(GaussianMixture):

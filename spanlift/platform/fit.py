@@ -3,8 +3,10 @@
     J(S) = E_noise ℓ(Φ_S(x_T), Φ*(x_T))      (the paper, eq. 4)
 
 Adam with linear warm-up and cosine decay, gradient-norm clipping, deterministic under a seed.
-`fit` is a plain function: a Ray Train worker calls it unchanged, passing `report` to forward
-metrics and `should_stop` nothing else.
+`fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
+torch.distributed is initialised (each rank draws its own batches), hands `report` its metrics
+every `log_every` iterations and its full state every `checkpoint_every` iterations, and continues
+exactly from such a state when given one as `resume`.
 """
 
 import math
@@ -22,7 +24,12 @@ from spanlift.platform.losses import LOSSES
 from spanlift.platform.teacher import TeacherSet
 from spanlift.solvers import Solver
 
-Report = Callable[[dict[str, float]], None]
+FitState = dict[str, Any]
+"""Everything a fit needs to continue exactly: next iteration, solver, optimizer, lr schedule and
+batch-sampler state, losses so far. Plain tensors and numbers, so it loads with weights_only."""
+
+Report = Callable[[dict[str, float], FitState | None], None]
+"""Called with metrics every `log_every` iterations; with the state too at checkpoint iterations."""
 
 
 @dataclass(frozen=True)
@@ -35,9 +42,10 @@ class FitSettings:
     loss: str = "mse"
     seed: int = 0
     log_every: int = 25
+    checkpoint_every: int = 50
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "batch_size", "log_every"):
+        for name in ("iterations", "batch_size", "log_every", "checkpoint_every"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise SettingsError(
                     f"fit setting {name} must be a positive integer, got {getattr(self, name)!r}"
@@ -72,9 +80,27 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
     return factor
 
 
-def rollout(solver: Solver, backbone: Backbone, noise: torch.Tensor) -> torch.Tensor:
+def rollout(solver: torch.nn.Module, backbone: Backbone, noise: torch.Tensor) -> torch.Tensor:
     """The solver's endpoint from standard normal noise."""
     return solver(backbone.denoise, backbone.prior(noise))
+
+
+def distributed(solver: Solver) -> torch.nn.Module:
+    """DDP around the solver when torch.distributed is initialised (gradients averaged over ranks)."""
+    if not torch.distributed.is_initialized():
+        return solver
+    device_ids = [solver_device(solver)] if solver_device(solver).type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(
+        solver, device_ids=device_ids, find_unused_parameters=True
+    )
+
+
+def solver_device(solver: Solver) -> torch.device:
+    return next(solver.parameters()).device
+
+
+def rank() -> int:
+    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
 
 
 def fit(
@@ -84,25 +110,42 @@ def fit(
     settings: FitSettings = FitSettings(),
     report: Report | None = None,
     progress: bool = True,
+    resume: FitState | None = None,
 ) -> FitResult:
     """Train the solver's trainable parameters to match the teacher's endpoints."""
     params = [p for p in solver.parameters() if p.requires_grad]
     if not params:
         raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
     torch.manual_seed(settings.seed)
-    batches = torch.Generator().manual_seed(settings.seed)
+    batches = torch.Generator().manual_seed(settings.seed + 1000 * rank())
     loss_fn = LOSSES.get(settings.loss)(backbone)
     optimizer = torch.optim.Adam(params, lr=settings.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_cosine(settings.warmup, settings.iterations)
     )
-    result, start = FitResult(), time.perf_counter()
-    bar = tqdm(range(settings.iterations), desc=f"fit {solver.spec.label()}", disable=not progress)
+    result, first = FitResult(), 0
+    if resume:
+        solver.load_state_dict(resume["solver"])
+        optimizer.load_state_dict(resume["optimizer"])
+        schedule.load_state_dict(resume["schedule"])
+        batches.set_state(resume["batches"])
+        result.losses, first = list(resume["losses"]), resume["iteration"]
+        result.seconds = resume["seconds"]
+    model, device = distributed(solver), solver_device(solver)
+    start = time.perf_counter() - result.seconds
+    bar = tqdm(
+        range(first, settings.iterations),
+        initial=first,
+        total=settings.iterations,
+        desc=f"fit {solver.spec.label()}",
+        disable=not progress,
+    )
     for iteration in bar:
         index = torch.randint(
             len(teacher), (min(settings.batch_size, len(teacher)),), generator=batches
         )
-        loss = loss_fn(rollout(solver, backbone, teacher.noise[index]), teacher.endpoints[index])
+        noise, target = teacher.noise[index].to(device), teacher.endpoints[index].to(device)
+        loss = loss_fn(rollout(model, backbone, noise), target)
         if not torch.isfinite(loss):
             raise TrainingDivergedError(
                 f"fit of {solver.spec.label()} diverged: loss is {loss.item()} at iteration {iteration} "
@@ -114,12 +157,25 @@ def fit(
         optimizer.step()
         schedule.step()
         result.losses.append(loss.item())
-        if iteration % settings.log_every == 0 or iteration == settings.iterations - 1:
+        done = iteration + 1
+        last = done == settings.iterations
+        if report and (
+            iteration % settings.log_every == 0 or done % settings.checkpoint_every == 0 or last
+        ):
             bar.set_postfix(loss=f"{loss.item():.3g}")
-            if report:
-                report(
-                    {"iteration": iteration, "loss": loss.item(), "lr": schedule.get_last_lr()[0]}
-                )
+            state = None
+            if done % settings.checkpoint_every == 0 or last:
+                state = {
+                    "iteration": done,
+                    "solver": solver.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "batches": batches.get_state(),
+                    "losses": result.losses,
+                    "seconds": time.perf_counter() - start,
+                }
+            metrics = {"iteration": done, "loss": loss.item(), "lr": schedule.get_last_lr()[0]}
+            report(metrics, state)
     if not all(torch.isfinite(p).all() for p in params):
         raise TrainingDivergedError(
             f"fit of {solver.spec.label()} left non-finite parameters; lower lr"
@@ -130,11 +186,16 @@ def fit(
 
 @torch.no_grad()
 def endpoint_rmse(
-    solver: Solver, backbone: Backbone, teacher: TeacherSet, batch_size: int = 256
+    solver: Solver,
+    backbone: Backbone,
+    teacher: TeacherSet,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
 ) -> float:
     """sqrt(mean (Φ_S(x_T) − Φ*(x_T))²) over a teacher set."""
     total = 0.0
     for start in range(0, len(teacher), batch_size):
         part = teacher.subset(slice(start, start + batch_size))
-        total += (rollout(solver, backbone, part.noise) - part.endpoints).square().sum().item()
+        error = rollout(solver, backbone, part.noise.to(device)) - part.endpoints.to(device)
+        total += error.square().sum().item()
     return math.sqrt(total / teacher.endpoints.numel())

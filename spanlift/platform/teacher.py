@@ -77,15 +77,18 @@ def generate_teacher(
     teacher: SolverSpec = DEFAULT_TEACHER,
     batch_size: int = 256,
     progress: bool = True,
+    device: str | torch.device = "cpu",
 ) -> TeacherSet:
-    """Run the teacher solver from every seed's noise; returns float32 tensors on the CPU."""
+    """Run the teacher solver from every seed's noise on `device`; returns CPU float32 tensors."""
+    backbone = backbone.to(device)
     solver = build_solver(teacher, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+    solver = solver.to(device)
     noise, endpoints = seed_noise(seeds, backbone.shape), []
     bar = tqdm(
         total=len(seeds), desc=f"teacher {teacher.label()} nfe={teacher.nfe}", disable=not progress
     )
     for batch in noise.split(batch_size):
-        endpoints.append(solver(backbone.denoise, backbone.prior(batch)))
+        endpoints.append(solver(backbone.denoise, backbone.prior(batch.to(device))).cpu())
         bar.update(len(batch))
     bar.close()
     seeds_t = torch.as_tensor(list(seeds), dtype=torch.int64)
@@ -174,6 +177,17 @@ def read_teacher(folder: Path) -> TeacherSet:
     return TeacherSet(torch.cat(seeds), torch.cat(noise), torch.cat(endpoints), manifest["key"])
 
 
+def teacher_folder(
+    cache_dir: Path, backbone: Backbone, teacher: SolverSpec, seeds: Sequence[int]
+) -> Path:
+    """Where the cache entry of (backbone, teacher, seeds) lives."""
+    return Path(cache_dir) / f"teacher-{teacher_key(backbone, teacher, seeds)}"
+
+
+def cache_metadata(backbone: Backbone, teacher: SolverSpec) -> dict:
+    return {"backbone": backbone.identity(), "teacher": teacher.to_dict()}
+
+
 def load_or_generate(
     cache_dir: Path,
     backbone: Backbone,
@@ -182,11 +196,9 @@ def load_or_generate(
     progress: bool = True,
 ) -> TeacherSet:
     """The cached teacher set for (backbone, teacher, seeds), generating and caching it if absent."""
-    key = teacher_key(backbone, teacher, seeds)
-    folder = Path(cache_dir) / f"teacher-{key}"
+    folder = teacher_folder(cache_dir, backbone, teacher, seeds)
     if folder.exists():
         return read_teacher(folder)
     result = generate_teacher(backbone, seeds, teacher, progress=progress)
-    metadata = {"backbone": backbone.identity(), "teacher": teacher.to_dict()}
-    write_teacher(folder, result, metadata)
+    write_teacher(folder, result, cache_metadata(backbone, teacher))
     return result
