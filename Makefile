@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The demo sweep on local Ray, then its leaderboard. --restart: a second `make demo` reruns the
+# sweep, taking configurations that already finished from MLflow instead of refitting them.
 demo: $(STAMP)
-	$(BIN)/spanlift demo
+	$(BIN)/spanlift sweep sweeps/digits_nfe.yaml --restart
+	$(BIN)/spanlift leaderboard --experiment digits-nfe --plot runs/digits-nfe-leaderboard.png
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -4,6 +4,8 @@
     spanlift backbones                    list backbones
     spanlift fit --backbone gmm --solver spanlift --nfe 3 --set kernel_size=5
     spanlift demo                         fit and compare solvers on the digits backbone
+    spanlift sweep sweeps/digits_nfe.yaml [--address auto] [--resume | --restart]
+    spanlift leaderboard --experiment digits-nfe [--metric rmse] [--csv F] [--plot F]
     spanlift train-digits                 retrain the embedded digits denoiser
 
 User errors print one line and exit with status 2; bugs keep their traceback.
@@ -120,6 +122,51 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"samples (teacher first, same seeds per column): {grid}")
 
 
+def cmd_sweep(args: argparse.Namespace) -> None:
+    from spanlift.platform.sweep import run_sweep
+
+    if args.resume and args.restart:
+        raise SettingsError("--resume and --restart exclude each other")
+    summary = run_sweep(
+        args.file,
+        address=args.address,
+        resume=args.resume,
+        restart=args.restart,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        num_cpus=args.num_cpus,
+    )
+    print(
+        f"\nsweep {summary.experiment}: {summary.finished}/{summary.trials} trials finished "
+        f"({summary.reused} taken from MLflow) in {summary.wall_seconds:.0f} s; "
+        f"teacher generations: {summary.teacher_generations}"
+    )
+    for failure in summary.failed:
+        print(f"failed: {failure}")
+    print(f"rank them: spanlift leaderboard --experiment {summary.experiment}", end="")
+    print(f" --tracking-uri {summary.tracking_uri}" if args.tracking_uri else "")
+    if summary.failed and not summary.finished:
+        raise SettingsError(f"every trial of {args.file} failed; see the reasons above")
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> None:
+    from spanlift.platform import leaderboard as board
+    from spanlift.platform.tracking import absolute_uri, connect
+
+    client = connect(absolute_uri(args.tracking_uri))
+    mode = args.mode or board.default_mode(args.metric)
+    entries = board.leaderboard(client, args.experiment, args.metric, mode)
+    better = "lower" if mode == "min" else "higher"
+    print(
+        f"{args.experiment}: best configuration per solver, ranked by {args.metric} ({better} is better)"
+    )
+    print(board.format_leaderboard(entries, args.metric))
+    if args.csv:
+        print(f"csv: {board.write_csv(entries, args.csv)}")
+    if args.plot:
+        print(f"plot: {board.plot_leaderboard(entries, args.metric, args.plot)}")
+
+
 def cmd_train_digits(args: argparse.Namespace) -> None:
     from spanlift.backbones.train_digits import train_digits
 
@@ -160,6 +207,27 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--nfe", type=int, nargs="+", default=[3], help="NFE budgets (default 3)")
     add_fit_options(demo, out="runs/demo", nfe=[3], backbone="digits")
     demo.set_defaults(run=cmd_demo)
+
+    sweep = sub.add_parser("sweep", help="run a sweep YAML on local Ray or a Ray cluster")
+    sweep.add_argument("file", help="sweep YAML, e.g. sweeps/digits_nfe.yaml")
+    sweep.add_argument("--address", help="Ray cluster to join (`auto`); default: local Ray")
+    sweep.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
+    sweep.add_argument(
+        "--restart", action="store_true", help="run again; finished configurations are reused"
+    )
+    sweep.add_argument("--tracking-uri", help="MLflow store (default: the YAML's, else sqlite)")
+    sweep.add_argument("--storage", help="results folder (default: the YAML's storage)")
+    sweep.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+    sweep.set_defaults(run=cmd_sweep)
+
+    board = sub.add_parser("leaderboard", help="rank solvers of an experiment from MLflow")
+    board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep's)")
+    board.add_argument("--metric", default="rmse", help="metric to rank by (default rmse)")
+    board.add_argument("--mode", choices=["min", "max"], help="default: by metric")
+    board.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    board.add_argument("--csv", type=Path, help="also write the table as CSV")
+    board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
+    board.set_defaults(run=cmd_leaderboard)
 
     train = sub.add_parser("train-digits", help="retrain the embedded digits denoiser")
     train.add_argument("--steps", type=int, default=4000)

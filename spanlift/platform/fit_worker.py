@@ -1,0 +1,81 @@
+"""The Ray Train worker loop: the core `fit` on one rank, with Ray checkpoints and resume.
+
+Every rank loads the backbone and the sweep's teacher set, builds the solver and calls `fit`
+(which wraps it in DDP: gloo on CPU, NCCL on GPU). Rank 0 saves the fit state as a
+`ray.train.Checkpoint` every `checkpoint_every` iterations; after a worker dies, Ray Train restarts
+the group and every rank continues from that state. A diverged fit is reported, not raised, so
+Ray Train does not retry a deterministic failure; the trial turns it into a failed trial.
+"""
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray.train
+import ray.train.torch
+import torch
+
+from spanlift.backbones import load_backbone
+from spanlift.errors import TrainingDivergedError
+from spanlift.platform.fit import FitSettings, FitState, fit
+from spanlift.platform.teacher import read_teacher
+from spanlift.solvers import SolverSpec, build_solver, save_solver
+
+STATE_FILE = "fit_state.pt"
+SOLVER_FILE = "solver.pt"
+
+
+def load_fit_state(checkpoint: ray.train.Checkpoint | None) -> FitState | None:
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as folder:
+        return torch.load(Path(folder) / STATE_FILE, map_location="cpu", weights_only=True)
+
+
+def fit_worker(config: dict[str, Any]) -> None:
+    """`train_loop_per_worker` of the trial's TorchTrainer; `config` is `fit_loop_config(...)`."""
+    device = ray.train.torch.get_device()
+    backbone = load_backbone(config["backbone"], **config["backbone_options"]).to(device)
+    spec = SolverSpec.from_dict(config["spec"])
+    solver = build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+    solver = solver.to(device)
+    teacher = read_teacher(Path(config["teacher"]))
+    resume = load_fit_state(ray.train.get_checkpoint())
+    resumed_from = resume["iteration"] if resume else 0
+    is_chief = ray.train.get_context().get_world_rank() == 0
+
+    def report(metrics: dict[str, float], state: FitState | None) -> None:
+        metrics = {**metrics, "resumed_from": resumed_from}
+        if state is None or not is_chief:
+            ray.train.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            torch.save(state, Path(folder) / STATE_FILE)
+            save_solver(Path(folder) / SOLVER_FILE, solver)
+            ray.train.report(
+                {**metrics, "fit_seconds": state["seconds"]},
+                checkpoint=ray.train.Checkpoint.from_directory(folder),
+            )
+
+    settings = FitSettings(**config["fit"])
+    try:
+        fit(solver, backbone, teacher, settings, report=report, progress=False, resume=resume)
+    except TrainingDivergedError as exc:
+        # Ray Train's result keeps the metrics of the last checkpointed report: attach one.
+        metrics = {"diverged": str(exc), "resumed_from": resumed_from}
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "diverged.txt").write_text(str(exc))
+            checkpoint = ray.train.Checkpoint.from_directory(folder) if is_chief else None
+            ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def fit_loop_config(
+    spec: SolverSpec, backbone: str, options: dict, teacher: Path, fit: FitSettings
+) -> dict[str, Any]:
+    return {
+        "spec": spec.to_dict(),
+        "backbone": backbone,
+        "backbone_options": options,
+        "teacher": str(teacher),
+        "fit": fit.to_dict(),
+    }

@@ -1,0 +1,96 @@
+"""Starting or joining Ray the same way on a laptop and on a cluster.
+
+Locally (no address) spanlift starts Ray itself: token auth off (`RAY_AUTH_MODE=disabled`, the
+cluster is private to this process), the dashboard on http://127.0.0.1:8265 (Ray Train's
+bookkeeping queries its state API), temp files linked from the run folder. With an
+address (`auto` or `ray://...`) it joins that cluster as it is configured.
+"""
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from spanlift.errors import SettingsError
+
+LOCAL_AUTH = {"RAY_AUTH_MODE": "disabled"}
+
+
+@dataclass(frozen=True)
+class TrialBundle:
+    """What one trial holds while it runs: its own CPU share plus its Ray Train workers."""
+
+    trial_cpu: float
+    workers: int
+    worker_cpu: float
+    use_gpu: bool
+
+    @property
+    def cpus(self) -> float:
+        return self.trial_cpu + self.workers * self.worker_cpu
+
+    @property
+    def gpus(self) -> int:
+        return self.workers if self.use_gpu else 0
+
+
+def start_ray(address: str | None, workdir: Path, num_cpus: int | None = None) -> None:
+    """Join the cluster at `address`, or start a private local one whose files live in `workdir`."""
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        return
+    os.environ.update(LOCAL_AUTH)
+    ray.init(num_cpus=num_cpus, include_dashboard=True, _temp_dir=str(ray_temp_dir(workdir)))
+
+
+def ray_temp_dir(workdir: Path) -> Path:
+    """A fresh Ray temp folder, linked from `workdir/ray-logs`.
+
+    Ray's socket paths must stay under 107 bytes and its session folder adds about 70, so the
+    folder itself lives under a short system temp path; the link keeps the logs beside the run.
+    """
+    root = Path(tempfile.gettempdir()) / "spanlift-ray"
+    root.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix="r", dir=root))
+    workdir.mkdir(parents=True, exist_ok=True)
+    link = workdir / "ray-logs"
+    if link.is_symlink():
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(temp, target_is_directory=True)
+    return temp
+
+
+def check_fits(bundle: TrialBundle, local: bool) -> int:
+    """How many trials run at once; an error if one trial can never be placed on this cluster.
+
+    On a cluster that autoscales, nodes may not exist yet, so only a local cluster is strict.
+    """
+    available = ray.cluster_resources()
+    cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
+    problems = []
+    if bundle.cpus > cpus + 1e-9:
+        problems.append(
+            f"{bundle.cpus:g} CPUs per trial (trial_cpu {bundle.trial_cpu:g} + {bundle.workers} "
+            f"workers × worker_cpu {bundle.worker_cpu:g}) but the cluster has {cpus:g}"
+        )
+    if bundle.gpus > gpus:
+        problems.append(
+            f"{bundle.gpus} GPUs per trial ({bundle.workers} workers with use_gpu) "
+            f"but the cluster has {gpus:g}"
+        )
+    if problems and local:
+        raise SettingsError(
+            "resources: a trial cannot be placed: " + "; ".join(problems) + ". Lower "
+            "resources.workers or resources.worker_cpu, or set use_gpu: false"
+        )
+    if problems:
+        print(f"spanlift: waiting for the autoscaler: {'; '.join(problems)}")
+        return 1
+    by_cpu = int((cpus + 1e-9) // bundle.cpus)
+    by_gpu = int(gpus // bundle.gpus) if bundle.gpus else by_cpu
+    return max(1, min(by_cpu, by_gpu))

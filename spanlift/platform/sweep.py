@@ -1,0 +1,202 @@
+"""`spanlift sweep`: a sweep YAML run as a Ray Tune experiment driven by Optuna.
+
+    validate YAML → reach MLflow → start/join Ray → check a trial fits → teacher (once, parallel)
+    → Tuner(OptunaSearch: grid over configurations, or TPE) → one MLflow run per configuration
+
+Everything lands under `<storage>/<experiment>/`: `teacher/` (the cache), `fitted/` (solver
+checkpoints), `train/` (Ray Train runs, resumable), `tune/` (the Tune experiment, restorable with
+`--resume`) and `summary.json` (wall time, compute time, teacher generations, trial outcomes).
+"""
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+
+from spanlift.errors import SettingsError
+from spanlift.platform.ray_runtime import TrialBundle, check_fits, start_ray
+from spanlift.platform.sweep_config import SweepConfig, load_sweep
+from spanlift.platform.sweep_teacher import prepare_teachers
+from spanlift.platform.tracking import absolute_uri, connect, experiment_id
+from spanlift.platform.trial import SweepContext, run_trial, trial_spec
+
+TUNE_NAME = "tune"
+
+
+@dataclass
+class SweepSummary:
+    experiment: str
+    root: str
+    tracking_uri: str
+    trials: int
+    finished: int
+    failed: list[str]
+    reused: int
+    wall_seconds: float
+    compute_seconds: float
+    teacher_generations: int
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2)
+
+
+class FinalMetricOptunaSearch(OptunaSearch):
+    """OptunaSearch that skips results without the metric: a fit's loss curve comes first."""
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if self.metric in result:
+            super().on_trial_result(trial_id, result)
+
+
+def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
+    """Optuna's GridSampler over the index of every configuration: each runs exactly once."""
+    indices = list(range(len(config.trials())))
+    space = {"trial": optuna.distributions.CategoricalDistribution(indices)}
+    sampler = optuna.samplers.GridSampler({"trial": indices}, seed=0)
+    searcher = FinalMetricOptunaSearch(
+        space, metric=config.metric, mode=config.mode, sampler=sampler
+    )
+    return searcher, len(indices)
+
+
+def tpe_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
+    """Optuna TPE over a define-by-run space: pick a solver entry, then its NFE and search keys."""
+
+    def space(trial: optuna.Trial) -> None:
+        index = trial.suggest_categorical("entry", list(range(len(config.solvers))))
+        entry = config.solvers[index]
+        trial.suggest_categorical(f"{index}.nfe", list(entry.nfe))
+        for key, values in entry.search.items():
+            trial.suggest_categorical(f"{index}.{key}", list(values))
+
+    sampler = optuna.samplers.TPESampler(seed=config.fit.seed)
+    searcher = FinalMetricOptunaSearch(
+        space, metric=config.metric, mode=config.mode, sampler=sampler
+    )
+    return searcher, config.num_samples
+
+
+SEARCHERS = {"grid": grid_search, "tpe": tpe_search}
+
+
+def trial_namer(config: SweepConfig) -> Callable[[Any], str]:
+    """Trial names that say what runs, e.g. `spanlift[base=dyweight,kernel_size=3]-nfe4-1a2b`."""
+
+    def name(trial: Any) -> str:
+        spec = trial_spec(trial.config, config)
+        return f"{spec.label()}-nfe{spec.nfe}-{trial.trial_id}"
+
+    return name
+
+
+def trial_dirnamer(config: SweepConfig) -> Callable[[Any], str]:
+    name = trial_namer(config)
+    return lambda trial: re.sub(r"[^A-Za-z0-9_.-]+", "_", name(trial))
+
+
+def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tuner:
+    config = context.config
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, context=context), {"cpu": config.resources.trial_cpu}
+    )
+    path = context.root / TUNE_NAME
+    if resume:
+        return tune.Tuner.restore(str(path), trainable, resume_errored=True)
+    searcher, samples = SEARCHERS[config.algorithm](config)
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            num_samples=samples,
+            max_concurrent_trials=concurrency,
+            trial_name_creator=trial_namer(config),
+            trial_dirname_creator=trial_dirnamer(config),
+        ),
+        run_config=tune.RunConfig(
+            name=TUNE_NAME,
+            storage_path=str(context.root),
+            failure_config=tune.FailureConfig(max_failures=config.resources.max_failures),
+        ),
+    )
+
+
+def sweep_root(config: SweepConfig, storage: str | None) -> Path:
+    return Path(storage or config.storage).resolve() / config.experiment
+
+
+def check_restart(root: Path, resume: bool, restart: bool) -> None:
+    """An earlier Tune state is continued (--resume), replaced (--restart) or protected."""
+    state = root / TUNE_NAME
+    if resume and not tune.Tuner.can_restore(str(state)):
+        raise SettingsError(f"--resume: there is no interrupted sweep to continue at {state}")
+    if state.exists() and not resume:
+        if not restart:
+            raise SettingsError(
+                f"this sweep already ran at {state}: pass --resume to continue it, or --restart "
+                "to run it again (finished configurations are taken from MLflow, not refitted)"
+            )
+        shutil.rmtree(state)
+
+
+def run_sweep(
+    path: str | Path,
+    address: str | None = None,
+    resume: bool = False,
+    restart: bool = False,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    num_cpus: int | None = None,
+) -> SweepSummary:
+    """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json."""
+    start = time.perf_counter()
+    # A trial reports its fit's loss curve before its metric exists; only the last result counts.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    config = load_sweep(path)
+    uri = absolute_uri(tracking_uri or config.tracking_uri)
+    experiment_id(connect(uri), config.experiment, create=True)
+    root = sweep_root(config, storage)
+    check_restart(root, resume, restart)
+    start_ray(address, root, num_cpus)
+    r = config.resources
+    concurrency = check_fits(
+        TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu), local=address is None
+    )
+    teachers = prepare_teachers(config, root / "teacher")
+    context = SweepContext(config, root, teachers, uri)
+    results = make_tuner(context, resume, concurrency).fit()
+    summary = summarize(config, root, uri, results, start, teachers.generated)
+    (root / "summary.json").write_text(summary.to_json())
+    return summary
+
+
+def summarize(
+    config: SweepConfig, root: Path, uri: str, results: Any, start: float, generations: int
+) -> SweepSummary:
+    finished = [r for r in results if r.error is None]
+    failed = [f"{r.path}: {str(r.error).strip().splitlines()[-1]}" for r in results if r.error]
+    compute = sum(
+        r.metrics.get("fit_seconds", 0.0) + r.metrics.get("eval_seconds", 0.0)
+        for r in finished
+        if not r.metrics.get("reused")
+    )
+    return SweepSummary(
+        experiment=config.experiment,
+        root=str(root),
+        tracking_uri=uri,
+        trials=len(results),
+        finished=len(finished),
+        failed=failed,
+        reused=sum(1 for r in finished if r.metrics.get("reused")),
+        wall_seconds=time.perf_counter() - start,
+        compute_seconds=compute,
+        teacher_generations=generations,
+    )
