@@ -2,7 +2,8 @@
 
 Every rank loads the backbone and the sweep's teacher set, builds the solver and calls `fit`
 (which wraps it in DDP: gloo on CPU, NCCL on GPU). Rank 0 saves the fit state as a
-`ray.train.Checkpoint` every `checkpoint_every` iterations; after a worker dies, Ray Train restarts
+`ray.train.Checkpoint` every `checkpoint_every` iterations, and the metrics (loss, lr) go to Tune
+with it; after a worker dies, Ray Train restarts
 the group and every rank continues from that state. A diverged fit is reported, not raised, so
 Ray Train does not retry a deterministic failure; the trial turns it into a failed trial.
 """
@@ -45,8 +46,12 @@ def fit_worker(config: dict[str, Any]) -> None:
     is_chief = ray.train.get_context().get_world_rank() == 0
 
     def report(metrics: dict[str, float], state: FitState | None) -> None:
+        # Each ray.train.report waits for the controller to collect it (it polls every ~2 s),
+        # so metrics travel only with checkpoints: every `checkpoint_every` iterations.
+        if state is None:
+            return
         metrics = {**metrics, "resumed_from": resumed_from}
-        if state is None or not is_chief:
+        if not is_chief:
             ray.train.report(metrics)
             return
         with tempfile.TemporaryDirectory() as folder:

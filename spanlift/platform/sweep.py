@@ -14,11 +14,12 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import optuna
+import ray
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
@@ -147,6 +148,15 @@ def check_restart(root: Path, resume: bool, restart: bool) -> None:
         shutil.rmtree(state)
 
 
+def with_gpu_choice(config: SweepConfig) -> SweepConfig:
+    """Resolve `use_gpu: auto`: GPU workers when the cluster has a GPU for each of them."""
+    if config.resources.use_gpu != "auto":
+        return config
+    gpus = ray.cluster_resources().get("GPU", 0)
+    use_gpu = gpus >= config.resources.workers
+    return replace(config, resources=replace(config.resources, use_gpu=use_gpu))
+
+
 def run_sweep(
     path: str | Path,
     address: str | None = None,
@@ -166,6 +176,7 @@ def run_sweep(
     root = sweep_root(config, storage)
     check_restart(root, resume, restart)
     start_ray(address, root, num_cpus)
+    config = with_gpu_choice(config)
     r = config.resources
     concurrency = check_fits(
         TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu), local=address is None

@@ -54,7 +54,8 @@ class Resources:
     trial_cpu: float = 0.1
     workers: int = 1
     worker_cpu: float = 0.9
-    use_gpu: bool = False
+    use_gpu: bool | str = "auto"
+    """True, False, or "auto": GPUs when the cluster has one per worker at sweep start."""
     max_failures: int = 2
 
 
@@ -168,6 +169,13 @@ def _solver_entry(data: Any, path: str, source: str) -> SolverEntry:
     return entry
 
 
+def _use_gpu(reader: _Reader) -> bool | str:
+    value = reader.get("use_gpu", (bool, str), "auto", "true, false or auto")
+    if value not in (True, False, "auto"):
+        reader.fail("use_gpu", value, "true, false or auto")
+    return value
+
+
 def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
     r = _Reader(data, "", source)
     r.only(
@@ -230,7 +238,7 @@ def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
         res.positive_number("trial_cpu", 0.1),
         res.positive_int("workers", 1),
         res.positive_number("worker_cpu", 0.9),
-        res.get("use_gpu", bool, False),
+        _use_gpu(res),
         res.get("max_failures", int, 2),
     )
     tracking = r.child("tracking", {})
