@@ -1,0 +1,217 @@
+"""`spanlift sweep` end to end on local Ray: real Tune trials, Ray Train fits, an MLflow store.
+
+Each test runs the command line in its own folder, as a user would, and inspects what it left:
+the MLflow runs, the sweep summary, the Ray Train checkpoints.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from spanlift.platform.tracking import FAILURE_TAG
+
+ROOT = Path(__file__).parent.parent
+GMM_SMOKE = ROOT / "sweeps" / "gmm_smoke.yaml"
+
+
+def spanlift(
+    folder: Path, *args: str, wait: bool = True
+) -> subprocess.CompletedProcess | subprocess.Popen:
+    command = [sys.executable, "-m", "spanlift.cli", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if not wait:
+        return subprocess.Popen(
+            command,
+            cwd=folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+
+
+def sweep_file(folder: Path, name: str, **changes: object) -> Path:
+    data = yaml.safe_load(GMM_SMOKE.read_text())
+    data.update(experiment=name, resources={"workers": 1, "max_failures": 1})
+    data.update(**changes)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def runs_of(folder: Path, experiment: str) -> list:
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id]) if found else []
+
+
+def summary(folder: Path, experiment: str) -> dict:
+    return json.loads((folder / "runs" / "sweeps" / experiment / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    folder = tmp_path_factory.mktemp("smoke")
+    result = spanlift(folder, "sweep", str(GMM_SMOKE), "--num-cpus", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder, result
+
+
+def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
+    folder, result = smoke
+    assert "2/2 trials finished" in result.stdout
+    runs = {r.data.params["solver"]: r for r in runs_of(folder, "gmm-smoke")}
+    assert set(runs) == {"ipndm", "dyweight"}
+    assert all(r.info.status == "FINISHED" for r in runs.values())
+    fitted, analytic = runs["dyweight"], runs["ipndm"]
+    assert fitted.data.params["nfe"] == "3" and fitted.data.params["backbone"] == "gmm"
+    assert fitted.data.params["teacher"] == "ipndm[order=4] nfe=35"
+    assert fitted.data.params["fit.workers"] == "2"  # a DDP fit over two Ray Train workers
+    assert 0 < fitted.data.metrics["rmse"] < analytic.data.metrics["rmse"]  # the fit helped
+    assert fitted.data.metrics["fit_seconds"] > 0 == analytic.data.metrics["fit_seconds"]
+    assert fitted.data.metrics["ms_per_image"] > 0
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    names = {a.path for a in client.list_artifacts(fitted.info.run_id)}
+    assert "samples.png" in names and any(n.endswith(".pt") for n in names)
+    assert {a.path for a in client.list_artifacts(analytic.info.run_id)} == {"samples.png"}
+
+
+def test_teacher_is_generated_once_and_shared(smoke) -> None:
+    folder, _ = smoke
+    assert summary(folder, "gmm-smoke")["teacher_generations"] == 1
+    entries = list((folder / "runs" / "sweeps" / "gmm-smoke" / "teacher").glob("teacher-*"))
+    assert len(entries) == 2  # the train and the test seeds
+    assert all((e / "manifest.json").is_file() for e in entries)
+
+
+def test_leaderboard_command_ranks_the_sweep(smoke) -> None:
+    folder, _ = smoke
+    result = spanlift(
+        folder, "leaderboard", "--experiment", "gmm-smoke", "--csv", "b.csv", "--plot", "b.png"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("gmm "))
+    assert lines[first].split()[2:4] == ["1", "dyweight"]
+    assert lines[first + 1].split()[2:4] == ["2", "ipndm"]
+    assert (folder / "b.csv").read_text().count("\n") == 3
+    assert (folder / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rerun_takes_finished_configurations_from_mlflow(smoke) -> None:
+    folder, _ = smoke
+    again = spanlift(folder, "sweep", str(GMM_SMOKE))
+    assert again.returncode == 2 and "--resume" in again.stderr  # an earlier run is protected
+    result = spanlift(folder, "sweep", str(GMM_SMOKE), "--restart", "--num-cpus", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "(2 taken from MLflow)" in result.stdout
+    assert summary(folder, "gmm-smoke")["teacher_generations"] == 0
+    assert len(runs_of(folder, "gmm-smoke")) == 2  # no duplicate runs
+
+
+def test_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, "nan", fit={"iterations": 20, "lr": 1e30, "warmup": 0})
+    result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1/2 trials finished" in result.stdout
+    assert "failed:" in result.stdout and "diverged" in result.stdout
+    runs = {r.data.params["solver"]: r for r in runs_of(tmp_path, "nan")}
+    assert runs["ipndm"].info.status == "FINISHED"
+    assert runs["dyweight"].info.status == "FAILED"
+    assert "diverged" in runs["dyweight"].data.tags[FAILURE_TAG]
+
+
+def test_impossible_resources_are_refused_before_any_trial(tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, "big", resources={"workers": 3, "worker_cpu": 1})
+    result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
+    assert result.returncode == 2
+    assert "resources: a trial cannot be placed: 3.1 CPUs per trial" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs" / "sweeps" / "big" / "tune").exists()
+
+
+def test_unreachable_tracking_uri_is_refused_before_ray_starts(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    result = spanlift(tmp_path, "sweep", str(GMM_SMOKE), "--tracking-uri", "http://127.0.0.1:9")
+    assert result.returncode == 2
+    assert "tracking URI http://127.0.0.1:9 cannot be reached" in result.stderr
+    assert not (tmp_path / "runs").exists()
+    assert time.perf_counter() - start < 60
+
+
+def wait_for(condition, timeout: float, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"sweep ended early:\n{process.stdout.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("timed out waiting for the sweep")
+        time.sleep(0.5)
+
+
+def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Path) -> None:
+    solvers = [
+        {"name": "euler", "nfe": 3},
+        {"name": "ipndm", "nfe": 3, "settings": {"order": 3}},
+        {"name": "dyweight", "nfe": [3, 4]},
+    ]
+    fit = {"iterations": 400, "batch_size": 64, "checkpoint_every": 100}
+    path = sweep_file(tmp_path, "resume", solvers=solvers, fit=fit)
+    process = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2", wait=False)
+
+    def finished() -> list:
+        return [r for r in runs_of(tmp_path, "resume") if r.info.status == "FINISHED"]
+
+    wait_for(lambda: len(finished()) >= 1, 300, process)
+    process.send_signal(signal.SIGINT)  # Ctrl-C
+    process.communicate(timeout=120)
+    before = {r.info.run_id: r.info.end_time for r in finished()}
+    assert 1 <= len(before) < 4, "the interruption came too late to test anything"
+
+    result = spanlift(tmp_path, "sweep", str(path), "--resume", "--num-cpus", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = runs_of(tmp_path, "resume")
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+    assert len({r.data.tags["spanlift.key"] for r in runs}) == 4
+    after = {r.info.run_id: r.info.end_time for r in runs}
+    assert all(after[run] == end for run, end in before.items())  # not redone
+
+
+def train_worker_pids() -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"RayTrainWorker" in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process through /proc")
+def test_worker_killed_mid_fit_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    fit = {"iterations": 1200, "batch_size": 64, "checkpoint_every": 100, "log_every": 100}
+    path = sweep_file(tmp_path, "kill", solvers=[{"name": "dyweight", "nfe": 3}], fit=fit)
+    process = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2", wait=False)
+    train = tmp_path / "runs" / "sweeps" / "kill" / "train"
+    # two checkpoints on disk: the first is surely registered with Ray Train by then
+    wait_for(
+        lambda: len(list(train.glob("*/checkpoint_*"))) >= 2 and train_worker_pids(), 300, process
+    )
+    for pid in train_worker_pids():
+        os.kill(pid, signal.SIGKILL)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+    (run,) = runs_of(tmp_path, "kill")
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["fit_resumed_from"] >= 100  # continued, not restarted from zero

@@ -1,0 +1,126 @@
+"""The sweep YAML schema: the shipped files load, and every kind of bad file names its key."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spanlift.platform.sweep_config import SweepConfigError, load_sweep, parse_sweep
+
+SWEEPS = Path(__file__).parent.parent / "sweeps"
+
+VALID = {
+    "experiment": "t",
+    "backbone": "gmm",
+    "solvers": [
+        {"name": "ipndm", "nfe": [3, 4], "settings": {"order": 3}},
+        {
+            "name": "spanlift",
+            "nfe": 3,
+            "settings": {"base": "dyweight"},
+            "search": {"kernel_size": [3, 5], "hidden_dim": [16, 32]},
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "trials"), [("digits_nfe", 23), ("gmm_smoke", 2), ("operator_ablation", 6)]
+)
+def test_shipped_sweeps_load(name: str, trials: int) -> None:
+    config = load_sweep(SWEEPS / f"{name}.yaml")
+    assert len(config.trials()) == trials
+    assert len({spec.key() for spec in config.trials()}) == trials  # no configuration twice
+
+
+def test_grid_is_the_product_of_nfe_and_search_lists() -> None:
+    config = parse_sweep(VALID)
+    specs = config.trials()
+    assert [s.nfe for s in specs[:2]] == [3, 4]
+    lifted = [s.settings for s in specs[2:]]
+    assert {(s["kernel_size"], s["hidden_dim"]) for s in lifted} == {
+        (3, 16),
+        (3, 32),
+        (5, 16),
+        (5, 32),
+    }
+    assert all(s["base"] == "dyweight" for s in lifted)
+    assert config.algorithm == "grid" and config.tracking_uri == "sqlite:///mlflow.db"
+
+
+def test_operator_ablation_covers_the_papers_operators() -> None:
+    specs = load_sweep(SWEEPS / "operator_ablation.yaml").trials()
+    lifted = [s.settings for s in specs if s.name == "spanlift"]
+    assert [s["operator"] for s in lifted] == [
+        "scalar",
+        "pointwise",
+        "spatial",
+        "spatial",
+        "spatial",
+    ]
+    assert [s.get("kernel_size") for s in lifted[2:]] == [3, 5, 9]
+
+
+def changed(path: list, value: object) -> dict:
+    data = copy.deepcopy(VALID)
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (changed(["colour"], "red"), "colour: unknown key"),
+        (changed(["backbone"], "imagenet"), "backbone.name: unknown backbone 'imagenet'"),
+        (changed(["solvers", 0, "name"], "rk45"), "solvers[0].name: unknown solver 'rk45'"),
+        (changed(["solvers", 0, "nfe"], "three"), "solvers[0].nfe: expected an NFE"),
+        (changed(["solvers", 1, "search", "kernel_size"], [3, 4]), "solvers[1].settings"),
+        (changed(["solvers", 1, "search", "kernel_size"], 3), "solvers[1].search.kernel_size"),
+        (changed(["solvers"], []), "solvers: expected at least one solver"),
+        (
+            changed(["search"], {"algorithm": "random"}),
+            "search.algorithm: expected 'grid' or 'tpe'",
+        ),
+        (changed(["search"], {"mode": "best"}), "search.mode"),
+        (changed(["fit"], {"lr": -1.0}), "fit: fit setting lr must be a positive number"),
+        (changed(["fit"], {"epochs": 3}), "fit.epochs: unknown key"),
+        (changed(["resources"], {"workers": 0}), "resources.workers: expected a positive integer"),
+        (
+            changed(["resources"], {"use_gpu": "yes"}),
+            "resources.use_gpu: expected true, false or auto",
+        ),
+        (changed(["teacher"], {"nfe": 0}), "teacher.nfe: expected a positive integer"),
+        ({k: v for k, v in VALID.items() if k != "experiment"}, "experiment: expected a value"),
+        (["not", "a", "mapping"], "top level: expected a mapping"),
+    ],
+)
+def test_bad_sweeps_name_the_key(data: object, message: str) -> None:
+    with pytest.raises(SweepConfigError) as error:
+        parse_sweep(data, "bad.yaml")
+    assert str(error.value).startswith("bad.yaml: ")
+    assert message in str(error.value)
+
+
+def test_unreachable_nfe_names_the_solver_entry() -> None:
+    data = changed(["solvers", 0], {"name": "heun", "nfe": 4})
+    with pytest.raises(SweepConfigError, match=r"solvers\[0\]\.nfe: .*heun"):
+        parse_sweep(data)
+
+
+def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("experiment: [unclosed\n")
+    with pytest.raises(SweepConfigError, match="not valid YAML"):
+        load_sweep(broken)
+    with pytest.raises(SweepConfigError, match="sweep file not found"):
+        load_sweep(tmp_path / "missing.yaml")
+
+
+def test_roundtrip_through_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(VALID, sort_keys=False))
+    assert load_sweep(path).trials() == parse_sweep(VALID).trials()
