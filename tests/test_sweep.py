@@ -130,6 +130,21 @@ def test_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(tmp_path: P
     assert "diverged" in runs["dyweight"].data.tags[FAILURE_TAG]
 
 
+def test_tpe_sweep_samples_the_define_by_run_space(tmp_path: Path) -> None:
+    solvers = [{"name": "ipndm", "nfe": [3, 4], "search": {"order": [1, 2, 3]}}]
+    search = {"algorithm": "tpe", "num_samples": 3, "metric": "rmse", "mode": "min"}
+    path = sweep_file(tmp_path, "tpe", solvers=solvers, search=search)
+    result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3/3 trials finished" in result.stdout
+    runs = runs_of(tmp_path, "tpe")
+    assert 1 <= len(runs) <= 3  # TPE may propose one configuration twice; MLflow keeps one run
+    for run in runs:
+        assert run.data.params["solver"] == "ipndm" and run.data.params["nfe"] in {"3", "4"}
+        assert run.data.params["configuration"] in {f"ipndm[order={k}]" for k in (1, 2, 3)}
+        assert run.info.status == "FINISHED"
+
+
 def test_impossible_resources_are_refused_before_any_trial(tmp_path: Path) -> None:
     path = sweep_file(tmp_path, "big", resources={"workers": 3, "worker_cpu": 1})
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")

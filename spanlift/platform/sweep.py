@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -69,17 +68,26 @@ def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
     return searcher, len(indices)
 
 
-def tpe_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
-    """Optuna TPE over a define-by-run space: pick a solver entry, then its NFE and search keys."""
+@dataclass(frozen=True)
+class SolverSpace:
+    """Optuna's define-by-run space of a sweep: a solver entry, then its NFE and search keys.
 
-    def space(trial: optuna.Trial) -> None:
-        index = trial.suggest_categorical("entry", list(range(len(config.solvers))))
-        entry = config.solvers[index]
+    A class, not a closure, so Tune can save it with the searcher and restore it on --resume."""
+
+    config: SweepConfig
+
+    def __call__(self, trial: optuna.Trial) -> None:
+        index = trial.suggest_categorical("entry", list(range(len(self.config.solvers))))
+        entry = self.config.solvers[index]
         trial.suggest_categorical(f"{index}.nfe", list(entry.nfe))
         for key, values in entry.search.items():
             trial.suggest_categorical(f"{index}.{key}", list(values))
 
+
+def tpe_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
+    """Optuna TPE over the sweep's define-by-run space, `num_samples` trials."""
     sampler = optuna.samplers.TPESampler(seed=config.fit.seed)
+    space = SolverSpace(config)
     searcher = FinalMetricOptunaSearch(
         space, metric=config.metric, mode=config.mode, sampler=sampler
     )
@@ -89,19 +97,18 @@ def tpe_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
 SEARCHERS = {"grid": grid_search, "tpe": tpe_search}
 
 
-def trial_namer(config: SweepConfig) -> Callable[[Any], str]:
-    """Trial names that say what runs, e.g. `spanlift[base=dyweight,kernel_size=3]-nfe4-1a2b`."""
+@dataclass(frozen=True)
+class TrialName:
+    """Trial names that say what runs, e.g. `spanlift[base=dyweight,kernel_size=3]-nfe4-1a2b`;
+    as a folder name, with everything but letters, digits, `_.-` replaced by `_`."""
 
-    def name(trial: Any) -> str:
-        spec = trial_spec(trial.config, config)
-        return f"{spec.label()}-nfe{spec.nfe}-{trial.trial_id}"
+    config: SweepConfig
+    folder: bool = False
 
-    return name
-
-
-def trial_dirnamer(config: SweepConfig) -> Callable[[Any], str]:
-    name = trial_namer(config)
-    return lambda trial: re.sub(r"[^A-Za-z0-9_.-]+", "_", name(trial))
+    def __call__(self, trial: Any) -> str:
+        spec = trial_spec(trial.config, self.config)
+        name = f"{spec.label()}-nfe{spec.nfe}-{trial.trial_id}"
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) if self.folder else name
 
 
 def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tuner:
@@ -119,8 +126,8 @@ def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tu
             search_alg=searcher,
             num_samples=samples,
             max_concurrent_trials=concurrency,
-            trial_name_creator=trial_namer(config),
-            trial_dirname_creator=trial_dirnamer(config),
+            trial_name_creator=TrialName(config),
+            trial_dirname_creator=TrialName(config, folder=True),
         ),
         run_config=tune.RunConfig(
             name=TUNE_NAME,
