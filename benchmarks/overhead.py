@@ -4,10 +4,11 @@ Measured on the digits backbone and on a randomly initialised U-Net with the wid
 attention of EDM's ImageNet-64 network, so the overhead ratio compares with the paper's
 (+0.04 % parameters, +0.24 % FLOPs, +3.1 % latency on an A6000).
 
-    python benchmarks/overhead.py [--nfe 5] [--batch 4] [--skip-large]
+    python benchmarks/overhead.py [--nfe 5] [--batch 4] [--repeats 7] [--skip-large]
 """
 
 import argparse
+import statistics
 import time
 from typing import Any
 
@@ -43,24 +44,40 @@ def count(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+def rollout_time(solver: torch.nn.Module, backbone: Backbone, x: Tensor) -> float:
+    start = time.perf_counter()
+    solver(backbone.denoise, x)
+    return time.perf_counter() - start
+
+
 @torch.no_grad()
-def measure(backbone: Backbone, spec: SolverSpec, batch: int, repeats: int) -> dict[str, float]:
-    solver = build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+def measure(
+    backbone: Backbone, specs: list[SolverSpec], batch: int, repeats: int
+) -> list[dict[str, float]]:
+    """Parameters, FLOPs and median latency of each spec; timings interleaved after a warm-up."""
+    solvers = [
+        build_solver(s, backbone.sigma_min, backbone.sigma_max, backbone.shape[0]) for s in specs
+    ]
     x = backbone.prior(
         torch.randn(batch, *backbone.shape, generator=torch.Generator().manual_seed(0))
     )
-    with FlopCounterMode(display=False) as flops:
-        solver(backbone.denoise, x)
-    times = []
+    results = []
+    for solver in solvers:
+        with FlopCounterMode(display=False) as flops:
+            solver(backbone.denoise, x)  # also the warm-up run
+        results.append(
+            {
+                "params": count(backbone) + count(solver),
+                "gflops": flops.get_total_flops() / batch / 1e9,
+            }
+        )
+    times: list[list[float]] = [[] for _ in solvers]
     for _ in range(repeats):
-        start = time.perf_counter()
-        solver(backbone.denoise, x)
-        times.append(time.perf_counter() - start)
-    return {
-        "params": count(backbone) + count(solver),
-        "gflops": flops.get_total_flops() / batch / 1e9,
-        "ms": 1000 * min(times) / batch,
-    }
+        for solver, record in zip(solvers, times, strict=True):
+            record.append(rollout_time(solver, backbone, x))
+    for result, record in zip(results, times, strict=True):
+        result["ms"] = 1000 * statistics.median(record) / batch
+    return results
 
 
 def report(name: str, base: dict[str, float], lifted: dict[str, float]) -> None:
@@ -79,7 +96,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nfe", type=int, default=5)
     p.add_argument("--batch", type=int, default=4, help="images per rollout for the large network")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=7, help="timed rollouts per solver (median)")
     p.add_argument("--skip-large", action="store_true", help="only the digits backbone")
     args = p.parse_args()
     print(f"device: cpu, {torch.get_num_threads()} threads, NFE {args.nfe}")
@@ -91,11 +108,7 @@ def main() -> None:
             (f"ImageNet-64-size U-Net, 3×64×64, batch {args.batch}", RandomImageNet64(), args.batch)
         )
     for name, backbone, batch in backbones:
-        report(
-            name,
-            measure(backbone, base, batch, args.repeats),
-            measure(backbone, lifted, batch, args.repeats),
-        )
+        report(name, *measure(backbone, [base, lifted], batch, args.repeats))
 
 
 if __name__ == "__main__":
