@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
@@ -122,10 +123,13 @@ def write_csv(entries: list[Entry], path: Path) -> Path:
 
 
 def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
-    """The best value of each solver against NFE, one panel per backbone."""
+    """The best value of each solver against NFE, one panel per backbone.
+
+    Positive metrics (errors, FID, LPIPS) get a log axis, so one poor solver does not flatten
+    the differences between the good ones."""
     frame = pd.DataFrame([asdict(e) for e in entries])
     backbones = sorted(frame["backbone"].unique())
-    fig = Figure(figsize=(5.5 * len(backbones), 4))
+    fig = Figure(figsize=(7 * len(backbones), 4))
     axes = fig.subplots(1, len(backbones), squeeze=False)
     for ax, backbone in zip(axes[0], backbones, strict=True):
         part = frame[frame["backbone"] == backbone]
@@ -133,9 +137,13 @@ def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
             line = line.sort_values("nfe")
             ax.plot(line["nfe"], line["value"], marker="o", label=solver)
         ax.set(title=backbone, xlabel="NFE", ylabel=metric)
+        if (part["value"] > 0).all():
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         ax.set_xticks(sorted(part["nfe"].unique()))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
