@@ -1,0 +1,1 @@
+"""Evaluation: detectors, image protocol and mergeable metric states (FID's feature moments)."""
