@@ -7,6 +7,7 @@
     spanlift sweep sweeps/digits_nfe.yaml [--address auto] [--resume | --restart]
     spanlift leaderboard --experiment digits-nfe [--metric rmse] [--csv F] [--plot F]
     spanlift train-digits                 retrain the embedded digits denoiser
+    spanlift train-digits-detector        retrain the digits FID detector
 
 User errors print one line and exit with status 2; bugs keep their traceback.
 """
@@ -167,10 +168,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         print(f"plot: {board.plot_leaderboard(entries, args.metric, args.plot)}")
 
 
+DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
+DETECTOR = "spanlift/platform/evaluation/weights/digits_detector.pt"
+
+
 def cmd_train_digits(args: argparse.Namespace) -> None:
     from spanlift.backbones.train_digits import train_digits
 
     print(f"wrote {train_digits(args.out, steps=args.steps, seed=args.seed)}")
+
+
+def cmd_train_digits_detector(args: argparse.Namespace) -> None:
+    from spanlift.platform.evaluation.train_digits_detector import train_digits_detector
+
+    path, accuracy = train_digits_detector(args.out, steps=args.steps, seed=args.seed)
+    print(f"wrote {path} (held-out accuracy {accuracy:.4f})")
 
 
 def add_fit_options(p: argparse.ArgumentParser, out: str, nfe: Any, backbone: str) -> None:
@@ -229,13 +241,22 @@ def parser() -> argparse.ArgumentParser:
     board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
     board.set_defaults(run=cmd_leaderboard)
 
-    train = sub.add_parser("train-digits", help="retrain the embedded digits denoiser")
-    train.add_argument("--steps", type=int, default=4000)
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument(
-        "--out", type=Path, default=Path("spanlift/backbones/weights/digits_unet.pt")
-    )
-    train.set_defaults(run=cmd_train_digits)
+    trainings = [
+        ("train-digits", "the embedded digits denoiser", 4000, DIGITS_UNET, cmd_train_digits),
+        (
+            "train-digits-detector",
+            "the digits FID detector",
+            1500,
+            DETECTOR,
+            cmd_train_digits_detector,
+        ),
+    ]
+    for name, what, steps, out, run in trainings:
+        train = sub.add_parser(name, help=f"retrain {what}")
+        train.add_argument("--steps", type=int, default=steps)
+        train.add_argument("--seed", type=int, default=0)
+        train.add_argument("--out", type=Path, default=Path(out), help=f"default: {out}")
+        train.set_defaults(run=run)
     return root
 
 

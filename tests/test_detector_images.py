@@ -9,10 +9,10 @@ import torch
 from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x
 
 from spanlift.errors import CheckpointError, SettingsError
+from spanlift.platform.evaluation.detectors import load_detector
 from spanlift.platform.evaluation.images import to_uint8_rgb
 from spanlift.platform.evaluation.inception import (
     inception_detector,
-    inception_features,
     inception_weights,
     torchscript_path,
 )
@@ -49,7 +49,8 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_converted_detector_matches_the_torchscript(weights: Path) -> None:
     images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    features = inception_features(inception_detector(weights), images)
+    detector = load_detector("inception", weights.parent, weights)
+    features = detector.features(images)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         scripted = torch.jit.load(str(torchscript_path()), map_location="cpu").eval()

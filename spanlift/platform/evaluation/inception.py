@@ -18,13 +18,11 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
 
 from spanlift.errors import CheckpointError
-from spanlift.platform.evaluation.images import to_uint8_rgb
 
 DETECTOR = "inception-v3-compat"
 FEATURE = "2048"
@@ -125,11 +123,3 @@ def inception_detector(weights: Path) -> FeatureExtractorInceptionV3:
     return FeatureExtractorInceptionV3(
         DETECTOR, [FEATURE], feature_extractor_weights_path=str(weights)
     )
-
-
-@torch.no_grad()
-def inception_features(detector: FeatureExtractorInceptionV3, images: Tensor) -> np.ndarray:
-    """[N, 2048] pool features of [-1, 1] float images, through the EDM uint8 protocol."""
-    device = next(detector.parameters()).device
-    (features,) = detector(to_uint8_rgb(images).to(device))
-    return features.double().numpy()

