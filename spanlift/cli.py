@@ -5,6 +5,7 @@
     spanlift fit --backbone gmm --solver spanlift --nfe 3 --set kernel_size=5
     spanlift demo                         fit and compare solvers on the digits backbone
     spanlift sweep sweeps/digits_nfe.yaml [--address auto] [--resume | --restart]
+    spanlift eval --backbone digits --solver ipndm --nfe 3 --metrics fid --samples 10000
     spanlift leaderboard --experiment digits-nfe [--metric rmse] [--csv F] [--plot F]
     spanlift train-digits                 retrain the embedded digits denoiser
     spanlift train-digits-detector        retrain the digits FID detector
@@ -172,6 +173,30 @@ DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
 DETECTOR = "spanlift/platform/evaluation/weights/digits_detector.pt"
 
 
+def cmd_eval(args: argparse.Namespace) -> None:
+    from spanlift.backbones import load_backbone
+    from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+    from spanlift.platform.evaluation.reference import ReferenceSet
+    from spanlift.platform.evaluation.run_eval import EvalRequest, run_eval
+    from spanlift.solvers import SolverSpec
+
+    detector = args.detector or load_backbone(args.backbone).fid_detector
+    request = EvalRequest(
+        setup=EvaluatorSetup(args.backbone, detector, args.cache_dir, {}, args.detector_weights),
+        spec=SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set)),
+        checkpoint=args.checkpoint,
+        metrics=tuple(m.strip() for m in args.metrics.split(",") if m.strip()),
+        samples=args.samples,
+        evaluators=args.evaluators,
+        reference=ReferenceSet(args.reference, args.reference_samples),
+    )
+    result, seconds = run_eval(request, Path("runs"), args.address, args.num_cpus)
+    print(
+        f"fid {result.fid:.4f}  ({result.samples} samples against {result.reference}; "
+        f"detector {result.detector}; {args.evaluators} evaluators, {seconds:.0f} s)"
+    )
+
+
 def cmd_train_digits(args: argparse.Namespace) -> None:
     from spanlift.backbones.train_digits import train_digits
 
@@ -231,6 +256,25 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--storage", help="results folder (default: the YAML's storage)")
     sweep.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
     sweep.set_defaults(run=cmd_sweep)
+
+    ev = sub.add_parser("eval", help="score one solver (FID) on parallel Ray evaluator actors")
+    ev.add_argument("--backbone", default="digits", help="registered backbone (default digits)")
+    ev.add_argument("--solver", required=True, help="registered solver (see `spanlift solvers`)")
+    ev.add_argument("--nfe", type=int, required=True, help="model evaluations the solver spends")
+    ev.add_argument("--schedule", default="edm", help="edm, logsnr or time")
+    ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ev.add_argument("--checkpoint", type=Path, help="fitted solver (spanlift fit / sweep output)")
+    ev.add_argument("--metrics", default="fid", help="comma-separated (default fid)")
+    ev.add_argument("--samples", type=int, default=10_000, help="samples scored (default 10000)")
+    ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors (default 2)")
+    ev.add_argument("--detector", help="FID detector: digits or inception (default: backbone's)")
+    ev.add_argument("--detector-weights", type=Path, help="detector weights file")
+    ev.add_argument("--reference", default="dataset", choices=["dataset", "teacher"])
+    ev.add_argument("--reference-samples", type=int, default=10_000, help="teacher reference size")
+    ev.add_argument("--cache-dir", type=Path, default=Path("runs/eval-cache"))
+    ev.add_argument("--address", help="Ray cluster address (default: a local Ray)")
+    ev.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+    ev.set_defaults(run=cmd_eval)
 
     board = sub.add_parser("leaderboard", help="rank solvers of an experiment from MLflow")
     board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep's)")

@@ -21,6 +21,7 @@ class Backbone(nn.Module, ABC):
     shape: tuple[int, ...]
     sigma_min: float
     sigma_max: float
+    fid_detector: str = "inception"  # the FID detector its samples are scored with by default
 
     @abstractmethod
     def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:
@@ -42,6 +43,11 @@ class Backbone(nn.Module, ABC):
         """uint8 images (N, H, W, C) from samples in [-1, 1], as the EDM protocol: x·127.5 + 128."""
         pixels = (self.decode(x) * 127.5 + 128).clip(0, 255).to(torch.uint8)
         return pixels.permute(0, 2, 3, 1)
+
+    def reference_images(self) -> Tensor | None:
+        """The model's training images in [-1, 1] (N, C, H, W), the reference set of FID against
+        the dataset; None when the backbone ships no dataset (use the teacher's samples)."""
+        return None
 
     def sample_conditioning(self, n: int, generator: torch.Generator) -> Any:
         """Conditioning for n samples (labels, prompts, past frames); None when unconditional."""

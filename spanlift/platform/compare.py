@@ -33,6 +33,16 @@ def build(spec: SolverSpec, backbone: Backbone) -> Solver:
     return build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
 
 
+def load_solver(spec: SolverSpec, checkpoint: Path | None, backbone: Backbone) -> Solver:
+    """The solver of `spec`, or the one saved in `checkpoint` (its spec and weights) when given."""
+    if checkpoint is None:
+        return build(spec, backbone)
+    state = read_checkpoint(checkpoint)
+    solver = build(SolverSpec.from_dict(state["spec"]), backbone)
+    solver.load_state_dict(state["state"])
+    return solver
+
+
 def is_learnable(solver: Solver) -> bool:
     return any(p.requires_grad for p in solver.parameters())
 

@@ -25,7 +25,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
-from spanlift.platform.compare import base_spec, build, is_learnable, latency_ms, needs_fitted_base
+from spanlift.platform.compare import (
+    base_spec,
+    build,
+    is_learnable,
+    latency_ms,
+    load_solver,
+    needs_fitted_base,
+)
 from spanlift.platform.fit import endpoint_rmse, rollout
 from spanlift.platform.fit_worker import SOLVER_FILE, fit_loop_config, fit_worker
 from spanlift.platform.sample_grid import save_sample_grid
@@ -33,7 +40,7 @@ from spanlift.platform.sweep_config import SweepConfig
 from spanlift.platform.sweep_teacher import SweepTeachers
 from spanlift.platform.teacher import read_teacher
 from spanlift.platform.tracking import ConfigurationRuns, configuration_key
-from spanlift.solvers import SolverSpec, read_checkpoint
+from spanlift.solvers import SolverSpec
 
 GRID_IMAGES = 8
 
@@ -213,13 +220,7 @@ def evaluate(
     start = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     backbone = load_backbone(config.backbone, **config.backbone_options).to(device)
-    if checkpoint:
-        state = read_checkpoint(checkpoint)
-        solver = build(SolverSpec.from_dict(state["spec"]), backbone)
-        solver.load_state_dict(state["state"])
-    else:
-        solver = build(spec, backbone)
-    solver = solver.to(device)
+    solver = load_solver(spec, checkpoint, backbone).to(device)
     teacher = read_teacher(test)
     rmse = endpoint_rmse(solver, backbone, teacher, device=device)
     noise = teacher.noise[:64].to(device)

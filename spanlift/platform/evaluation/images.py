@@ -10,8 +10,9 @@ from torch import Tensor
 
 from spanlift.errors import SettingsError
 
-# Generated samples overshoot [-1, 1] a little; data in [0, 255] or far outside is a caller's bug.
-TOLERATED_RANGE = 1.5
+# Few-step samples overshoot [-1, 1] (iPNDM at NFE 3 on digits: [-1.61, 1.36]) and are clipped
+# by the protocol; values beyond ±4 mean images in another range ([0, 255]): a caller's bug.
+TOLERATED_RANGE = 4.0
 
 
 def check_samples(images: Tensor) -> None:

@@ -1,0 +1,68 @@
+"""Evaluator actors on Ray: shards scored in parallel, feature moments reduced on the driver.
+
+Each actor loads the backbone and the detector once (`Evaluator`), is pinned to its share of CPU
+threads, and takes shards from an `ActorPool` until none are left; the driver merges what comes
+back, so FID is the same for 1 or N actors.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+from ray.util import ActorPool
+from torch import Tensor
+from tqdm import tqdm
+
+from spanlift.errors import SpanliftError
+from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
+from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
+from spanlift.solvers import SolverSpec
+
+SHARDS_PER_ACTOR = 4
+
+
+def start_evaluators(setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0) -> list:
+    remote = ray.remote(Evaluator).options(num_cpus=cpus, num_gpus=gpus)
+    return [remote.remote(setup) for _ in range(count)]
+
+
+def reduce_shards(
+    actors: list, call: Callable[[Any, Any], Any], shards: Sequence[Any], total: int, desc: str
+) -> FeatureMoments:
+    """Run `call(actor, shard)` over all shards on the pool; merge the moments as they arrive."""
+    parts = []
+    with tqdm(total=total, desc=desc, unit="img") as bar:
+        try:
+            for moments in ActorPool(actors).map_unordered(call, list(shards)):
+                parts.append(moments)
+                bar.update(moments.count)
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, SpanliftError):  # bad input seen by an actor: its message
+                raise exc.cause from None
+            raise
+    return merge_all(parts)
+
+
+def solver_moments(
+    actors: list, spec: SolverSpec, checkpoint: Any, seeds: Sequence[int], desc: str
+) -> FeatureMoments:
+    shards = [
+        part.tolist()
+        for part in np.array_split(np.asarray(seeds), len(actors) * SHARDS_PER_ACTOR)
+        if len(part)
+    ]
+    return reduce_shards(
+        actors,
+        lambda actor, shard: actor.solver_moments.remote(spec, checkpoint, shard),
+        shards,
+        len(seeds),
+        desc,
+    )
+
+
+def image_moments(actors: list, images: Tensor, desc: str) -> FeatureMoments:
+    shards = [part for part in images.tensor_split(len(actors) * SHARDS_PER_ACTOR) if len(part)]
+    return reduce_shards(
+        actors, lambda actor, shard: actor.image_moments.remote(shard), shards, len(images), desc
+    )

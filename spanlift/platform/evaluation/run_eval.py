@@ -1,0 +1,73 @@
+"""`spanlift eval`: start Ray and the evaluator actors, compute the requested metrics, stop them."""
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from spanlift.backbones import load_backbone
+from spanlift.errors import SettingsError
+from spanlift.platform.compare import load_solver
+from spanlift.platform.evaluation import pool
+from spanlift.platform.evaluation.detectors import DETECTORS
+from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.fid import FidResult, evaluate_fid
+from spanlift.platform.evaluation.reference import ReferenceSet
+from spanlift.platform.ray_runtime import start_ray
+from spanlift.solvers import SolverSpec
+
+METRICS = ("fid",)
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    setup: EvaluatorSetup
+    spec: SolverSpec
+    checkpoint: Path | None
+    metrics: tuple[str, ...]
+    samples: int
+    evaluators: int
+    reference: ReferenceSet
+
+
+def check_request(request: EvalRequest) -> None:
+    """Reject bad input before Ray starts: unknown metrics, counts, the solver itself."""
+    unknown = [m for m in request.metrics if m not in METRICS]
+    if unknown:
+        raise SettingsError(f"--metrics: unknown {', '.join(unknown)}; expected some of {METRICS}")
+    if request.samples < 2:
+        raise SettingsError(f"--samples: expected at least 2, got {request.samples}")
+    if request.evaluators < 1:
+        raise SettingsError(f"--evaluators: expected at least 1, got {request.evaluators}")
+    DETECTORS.get(request.setup.detector)  # an unknown name lists the known ones
+    if request.reference.kind not in ("dataset", "teacher"):
+        raise SettingsError(
+            f"reference: expected dataset or teacher, got {request.reference.kind!r}"
+        )
+    backbone = load_backbone(request.setup.backbone, **request.setup.backbone_options)
+    load_solver(request.spec, request.checkpoint, backbone)  # a bad name, NFE or checkpoint
+
+
+def run_eval(
+    request: EvalRequest, workdir: Path, address: str | None = None, num_cpus: int | None = None
+) -> tuple[FidResult, float]:
+    """FID (and its detector, reference) of one solver; returns it with the wall seconds."""
+    check_request(request)
+    start = time.perf_counter()
+    start_ray(address, workdir, num_cpus)
+    cpus = ray.available_resources().get("CPU", 1) / request.evaluators
+    gpus = 1 if ray.available_resources().get("GPU", 0) >= request.evaluators else 0
+    setup = EvaluatorSetup(
+        **{**request.setup.__dict__, "threads": max(1, math.floor(cpus))},
+    )
+    actors = pool.start_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus)
+    try:
+        result = evaluate_fid(
+            actors, setup, request.spec, request.checkpoint, request.samples, request.reference
+        )
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    return result, time.perf_counter() - start
