@@ -145,6 +145,33 @@ def test_tpe_sweep_samples_the_define_by_run_space(tmp_path: Path) -> None:
         assert run.info.status == "FINISHED"
 
 
+def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -> None:
+    path = sweep_file(
+        tmp_path,
+        "fid",
+        backbone="digits",
+        teacher={"train_samples": 32, "test_samples": 32},
+        solvers=[
+            {"name": "euler", "nfe": 3},
+            {"name": "ipndm", "nfe": 3, "settings": {"order": 3}},
+        ],
+        search={"algorithm": "grid", "metric": "fid", "mode": "min"},
+        evaluation={"metrics": ["fid"], "samples": 100, "evaluators": 1},
+    )
+    result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = {r.data.params["solver"]: r for r in runs_of(tmp_path, "fid")}
+    for run in runs.values():
+        assert run.data.metrics["fid"] > 0 and run.data.params["fid.samples"] == "100"
+        assert run.data.params["fid.detector"].startswith("digits:")
+        assert run.data.params["fid.reference"] == "dataset"
+    assert runs["ipndm"].data.metrics["fid"] < runs["euler"].data.metrics["fid"]
+    assert len(list((tmp_path / "runs" / "sweeps" / "fid" / "eval-cache").glob("reference-*"))) == 1
+    board = spanlift(tmp_path, "leaderboard", "--experiment", "fid", "--metric", "fid")
+    assert board.returncode == 0, board.stderr
+    assert "fid by detector digits:" in board.stdout
+
+
 def test_impossible_resources_are_refused_before_any_trial(tmp_path: Path) -> None:
     path = sweep_file(tmp_path, "big", resources={"workers": 3, "worker_cpu": 1})
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")

@@ -117,8 +117,33 @@ def test_leaderboard_ranks_the_best_configuration_of_each_solver(
 
 def test_mode_max_reverses_the_ranking() -> None:
     frame = pd.DataFrame(
-        [("b", 3, "a", "a", 1.0, "r1"), ("b", 3, "c", "c", 2.0, "r2")],
-        columns=["backbone", "nfe", "solver", "configuration", "value", "run_id"],
+        [("b", "", 3, "a", "a", 1.0, "r1"), ("b", "", 3, "c", "c", 2.0, "r2")],
+        columns=["backbone", "scale", "nfe", "solver", "configuration", "value", "run_id"],
     )
     assert [e.solver for e in rank(frame, "max")] == ["c", "a"]
     assert [e.solver for e in rank(frame, "min")] == ["a", "c"]
+
+
+def test_fids_from_different_detectors_are_never_ranked_together(store: str, tmp_path) -> None:
+    runs = ConfigurationRuns(store, "exp")
+    logged = [  # solver, detector, fid: inception FIDs are lower here, and must not win
+        ("ipndm", "digits:aaaaaaaaaaaa", 40.0),
+        ("spanlift", "digits:aaaaaaaaaaaa", 20.0),
+        ("euler", "inception:bbbbbbbbbbbb", 5.0),
+    ]
+    for i, (solver, detector, fid) in enumerate(logged):
+        params = {"backbone": "digits", "nfe": 3, "solver": solver, "configuration": solver}
+        run = runs.open(f"fid{i}", solver, params, {})
+        runs.finish(run, {"fid": fid}, [], {"fid.detector": detector, "fid.reference": "dataset"})
+    entries = leaderboard(runs.client, "exp", "fid", "min")
+    ranks = {(e.scale, e.solver): e.rank for e in entries}
+    assert ranks == {
+        ("digits:aaaaaaaaaaaa vs dataset", "spanlift"): 1,
+        ("digits:aaaaaaaaaaaa vs dataset", "ipndm"): 2,
+        ("inception:bbbbbbbbbbbb vs dataset", "euler"): 1,
+    }
+    table = format_leaderboard(entries, "fid")
+    assert "fid by detector digits:aaaaaaaaaaaa vs dataset:" in table
+    assert "fid by detector inception:bbbbbbbbbbbb vs dataset:" in table
+    plot = plot_leaderboard(entries, "fid", tmp_path / "fid.png")
+    assert plot.read_bytes()[:4] == b"\x89PNG"

@@ -1,7 +1,9 @@
 """The leaderboard: a query over an experiment's finished MLflow runs.
 
 Per backbone and NFE, each solver appears once, with its best configuration by the metric, and
-solvers are ranked by that value. Written as a text table, optionally as CSV and as a plot of the
+solvers are ranked by that value. A metric measured on a scale of its own (FID: a detector and a
+reference set, logged as `fid.detector` and `fid.reference`) is ranked only within one scale:
+FIDs from different detectors are never compared. Written as a text table, optionally as CSV and as a plot of the
 metric against NFE, one line per solver.
 """
 
@@ -26,6 +28,7 @@ def default_mode(metric: str) -> str:
 @dataclass(frozen=True)
 class Entry:
     backbone: str
+    scale: str  # "" or, for FID, "<detector identity> vs <reference>"
     nfe: int
     rank: int
     solver: str
@@ -33,6 +36,12 @@ class Entry:
     value: float
     runs: int
     run_id: str
+
+
+def measurement_scale(params: dict[str, str], metric: str) -> str:
+    """What a metric's value is relative to, e.g. `digits:81da08e9e337 vs dataset` for FID."""
+    parts = [params.get(f"{metric}.detector"), params.get(f"{metric}.reference")]
+    return " vs ".join(p for p in parts if p)
 
 
 def finished_runs(client: MlflowClient, experiment: str, metric: str) -> pd.DataFrame:
@@ -45,6 +54,7 @@ def finished_runs(client: MlflowClient, experiment: str, metric: str) -> pd.Data
         rows.append(
             {
                 "backbone": params.get("backbone", "?"),
+                "scale": measurement_scale(params, metric),
                 "nfe": int(params.get("nfe", metrics.get("nfe", 0))),
                 "solver": params.get("solver", "?"),
                 "configuration": params.get("configuration", run.info.run_name),
@@ -68,12 +78,13 @@ def _all_runs(client: MlflowClient, experiment: str) -> list:
 
 
 def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
-    """Best configuration per (backbone, NFE, solver), ranked within each (backbone, NFE)."""
+    """Best configuration per (backbone, scale, NFE, solver), ranked within each (backbone, scale,
+    NFE)."""
     if mode not in ("min", "max"):
         raise SettingsError(f"--mode must be min or max, got {mode!r}")
     ascending = mode == "min"
     entries = []
-    for (backbone, nfe), group in runs.groupby(["backbone", "nfe"], sort=True):
+    for (backbone, scale, nfe), group in runs.groupby(["backbone", "scale", "nfe"], sort=True):
         ordered = group.sort_values("value", ascending=ascending, kind="stable")
         best = ordered.drop_duplicates("solver", keep="first")
         counts = group.groupby("solver").size()
@@ -81,6 +92,7 @@ def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
             entries.append(
                 Entry(
                     str(backbone),
+                    str(scale),
                     int(nfe),
                     position,
                     row.solver,
@@ -109,7 +121,11 @@ def format_leaderboard(entries: list[Entry], metric: str) -> str:
     width = max(len("configuration"), *(len(e.configuration) for e in entries))
     header = f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} {metric:>10} {'runs':>4}"
     lines = [header, "-" * len(header)]
+    scale = ""
     for e in entries:
+        if e.scale and e.scale != scale:
+            lines.append(f"{metric} by detector {e.scale}:")
+        scale = e.scale
         lines.append(
             f"{e.backbone:<9} {e.nfe:>3} {e.rank:>2} {e.solver:<14} {e.configuration:<{width}} "
             f"{e.value:>10.4f} {e.runs:>4}"
@@ -123,20 +139,21 @@ def write_csv(entries: list[Entry], path: Path) -> Path:
 
 
 def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
-    """The best value of each solver against NFE, one panel per backbone.
+    """The best value of each solver against NFE, one panel per backbone (and scale).
 
     Positive metrics (errors, FID, LPIPS) get a log axis, so one poor solver does not flatten
     the differences between the good ones."""
     frame = pd.DataFrame([asdict(e) for e in entries])
-    backbones = sorted(frame["backbone"].unique())
-    fig = Figure(figsize=(7 * len(backbones), 4))
-    axes = fig.subplots(1, len(backbones), squeeze=False)
-    for ax, backbone in zip(axes[0], backbones, strict=True):
-        part = frame[frame["backbone"] == backbone]
+    panels = sorted(frame.groupby(["backbone", "scale"]).groups)
+    fig = Figure(figsize=(7 * len(panels), 4))
+    axes = fig.subplots(1, len(panels), squeeze=False)
+    for ax, (backbone, scale) in zip(axes[0], panels, strict=True):
+        part = frame[(frame["backbone"] == backbone) & (frame["scale"] == scale)]
         for solver, line in part.groupby("solver"):
             line = line.sort_values("nfe")
             ax.plot(line["nfe"], line["value"], marker="o", label=solver)
-        ax.set(title=backbone, xlabel="NFE", ylabel=metric)
+        title = f"{backbone}\n{metric} by {scale}" if scale else backbone
+        ax.set(title=title, xlabel="NFE", ylabel=metric)
         if (part["value"] > 0).all():
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))

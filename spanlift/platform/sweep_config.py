@@ -60,6 +60,18 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class EvaluationConfig:
+    """Metrics beyond the endpoint error, computed by evaluator actors after each trial's fit."""
+
+    metrics: tuple[str, ...] = ()
+    samples: int = 1000
+    evaluators: int = 1
+    detector: str | None = None  # None: the backbone's own default
+    reference: str = "dataset"
+    reference_samples: int = 10_000
+
+
+@dataclass(frozen=True)
 class TeacherConfig:
     solver: SolverSpec
     train_samples: int = 1024
@@ -79,6 +91,7 @@ class SweepConfig:
     mode: str = "min"
     fit: FitSettings = field(default_factory=FitSettings)
     resources: Resources = field(default_factory=Resources)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     tracking_uri: str = "sqlite:///mlflow.db"
     storage: str = "runs/sweeps"
     source: str = ""
@@ -176,6 +189,31 @@ def _use_gpu(reader: _Reader) -> bool | str:
     return value
 
 
+def _evaluation(e: _Reader) -> EvaluationConfig:
+    from spanlift.platform.evaluation.detectors import DETECTORS
+    from spanlift.platform.evaluation.run_eval import METRICS
+
+    e.only("metrics", "samples", "evaluators", "detector", "reference", "reference_samples")
+    metrics = tuple(e.get("metrics", list, []))
+    for metric in metrics:
+        if metric not in METRICS:
+            e.fail("metrics", metric, f"metrics among {', '.join(METRICS)}")
+    detector = e.get("detector", str, None)
+    if detector is not None and detector not in DETECTORS:
+        e.fail("detector", detector, f"one of {', '.join(DETECTORS.names())}")
+    reference = e.get("reference", str, "dataset")
+    if reference not in ("dataset", "teacher"):
+        e.fail("reference", reference, "'dataset' or 'teacher'")
+    return EvaluationConfig(
+        metrics,
+        e.positive_int("samples", 1000),
+        e.positive_int("evaluators", 1),
+        detector,
+        reference,
+        e.positive_int("reference_samples", 10_000),
+    )
+
+
 def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
     r = _Reader(data, "", source)
     r.only(
@@ -186,6 +224,7 @@ def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
         "search",
         "fit",
         "resources",
+        "evaluation",
         "tracking",
         "storage",
     )
@@ -243,6 +282,7 @@ def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
     )
     tracking = r.child("tracking", {})
     tracking.only("uri")
+    evaluation = _evaluation(r.child("evaluation", {}))
     return SweepConfig(
         experiment=r.get("experiment", str, expected="an experiment name"),
         backbone=backbone_name,
@@ -255,6 +295,7 @@ def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
         mode=mode,
         fit=fit,
         resources=resources,
+        evaluation=evaluation,
         tracking_uri=tracking.get("uri", str, "sqlite:///mlflow.db"),
         storage=r.get("storage", str, "runs/sweeps"),
         source=source,

@@ -109,10 +109,19 @@ class ConfigurationRuns:
         )
         return run.info.run_id
 
-    def finish(self, run_id: str, metrics: dict[str, float], artifacts: list[Path]) -> None:
+    def finish(
+        self,
+        run_id: str,
+        metrics: dict[str, float],
+        artifacts: list[Path],
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        """Log final metrics, params known only after evaluation, artifacts; mark FINISHED."""
         timestamp = int(1000 * time.time())
         self.client.log_batch(
-            run_id, metrics=[Metric(k, float(v), timestamp, 0) for k, v in metrics.items()]
+            run_id,
+            metrics=[Metric(k, float(v), timestamp, 0) for k, v in metrics.items()],
+            params=[Param(k, str(v)) for k, v in (params or {}).items()],
         )
         for path in artifacts:
             self.client.log_artifact(run_id, str(path))

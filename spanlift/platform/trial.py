@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,10 @@ from spanlift.platform.compare import (
     load_solver,
     needs_fitted_base,
 )
+from spanlift.platform.evaluation import pool
+from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.fid import evaluate_fid
+from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.fit import endpoint_rmse, rollout
 from spanlift.platform.fit_worker import SOLVER_FILE, fit_loop_config, fit_worker
 from spanlift.platform.sample_grid import save_sample_grid
@@ -91,6 +95,9 @@ def run_params(spec: SolverSpec, nfe: int, context: SweepContext) -> dict[str, A
         **{f"fit.{k}": v for k, v in config.fit.to_dict().items()},
         "fit.workers": config.resources.workers,
         "fit.use_gpu": config.resources.use_gpu,
+        **(
+            {"fid.samples": config.evaluation.samples} if "fid" in config.evaluation.metrics else {}
+        ),
     }
 
 
@@ -102,6 +109,7 @@ def key_of(spec: SolverSpec, context: SweepContext) -> str:
             "teacher": [context.teachers.train.name, context.teachers.test.name],
             "fit": config.fit.to_dict(),
             "solver": [spec.name, spec.nfe, spec.schedule, spec.key()],
+            **({"evaluation": asdict(config.evaluation)} if config.evaluation.metrics else {}),
         }
     )
 
@@ -127,12 +135,14 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         checkpoint, fit_metrics = fitted_checkpoint(spec, context)
         task = evaluate_task(config).remote(spec, checkpoint, config, context.teachers.test)
         metrics, samples = ray.get(task)
+        extra_metrics, extra_params = evaluation_metrics(spec, checkpoint, context)
         with tempfile.TemporaryDirectory() as folder:
             grid = save_sample_grid(samples, Path(folder) / "samples.png")
             runs.finish(
                 run_id,
-                {**metrics, **fit_metrics},
+                {**metrics, **fit_metrics, **extra_metrics},
                 [grid, *([checkpoint] if checkpoint else [])],
+                extra_params,
             )
     except TrainingDivergedError as exc:
         runs.fail(run_id, str(exc))  # final: a retry reports the same failure without refitting
@@ -195,6 +205,39 @@ def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> tupl
         shutil.copyfile(Path(folder) / SOLVER_FILE, partial)
         os.replace(partial, out)
     return float(result.metrics["fit_seconds"]), float(result.metrics["resumed_from"])
+
+
+def evaluation_metrics(
+    spec: SolverSpec, checkpoint: Path | None, context: SweepContext
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The YAML's `evaluation.metrics` (FID) on evaluator actors, each with a Train worker's
+    resources and placed outside the trial's placement group; ({}, {}) when none are asked."""
+    config = context.config
+    evaluation, resources = config.evaluation, config.resources
+    if "fid" not in evaluation.metrics:
+        return {}, {}
+    backbone = load_backbone(config.backbone, **config.backbone_options)
+    setup = EvaluatorSetup(
+        config.backbone,
+        evaluation.detector or backbone.fid_detector,
+        context.root / "eval-cache",
+        config.backbone_options,
+        threads=max(1, int(resources.worker_cpu)),
+    )
+    actors = pool.start_evaluators(
+        setup,
+        evaluation.evaluators,
+        cpus=resources.worker_cpu,
+        gpus=1 if resources.use_gpu else 0,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
+    )
+    try:
+        reference = ReferenceSet(evaluation.reference, evaluation.reference_samples)
+        result = evaluate_fid(actors, setup, spec, checkpoint, evaluation.samples, reference)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    return result.metrics(), result.params()
 
 
 def evaluate_task(config: SweepConfig) -> Any:

@@ -22,8 +22,11 @@ from spanlift.solvers import SolverSpec
 SHARDS_PER_ACTOR = 4
 
 
-def start_evaluators(setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0) -> list:
-    remote = ray.remote(Evaluator).options(num_cpus=cpus, num_gpus=gpus)
+def start_evaluators(
+    setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
+) -> list:
+    """`count` evaluator actors; `options` go to Ray (a scheduling strategy, say)."""
+    remote = ray.remote(Evaluator).options(num_cpus=cpus, num_gpus=gpus, **options)
     return [remote.remote(setup) for _ in range(count)]
 
 
