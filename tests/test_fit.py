@@ -1,13 +1,14 @@
 """Endpoint teacher matching: the learned solvers beat their starting points on held-out seeds."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 
 from spanlift.backbones.gmm import GaussianMixture
 from spanlift.errors import SettingsError, TrainingDivergedError, UnknownNameError
-from spanlift.platform.compare import fit_spec
+from spanlift.platform.compare import compare, fit_spec, load_solver
 from spanlift.platform.fit import FitSettings, endpoint_rmse, fit, warmup_cosine
 from spanlift.solvers import SolverSpec, build_solver
 
@@ -32,6 +33,17 @@ def test_dyweight_beats_ipndm_and_spanlift_beats_dyweight(gmm, gmm_teacher, tmp_
     )
     assert dyweight_rmse < 0.8 * ipndm
     assert spanlift_rmse < 0.95 * dyweight_rmse
+
+
+def test_compare_returns_the_checkpoint_of_a_two_stage_spanlift(gmm, gmm_teacher, tmp_path):
+    train, test = gmm_teacher
+    settings = FitSettings(iterations=30, batch_size=32, lr=5e-3, seed=0)
+    spec = SolverSpec("spanlift", 3, settings={"base": "dyweight", "hidden_dim": 8})
+    (row,) = compare([spec], gmm, train, test, settings, tmp_path, progress=False)
+    assert row.checkpoint  # fitted on a DyWeight base fitted first
+    reloaded = load_solver(spec, Path(row.checkpoint), gmm)
+    assert endpoint_rmse(reloaded, gmm, test) == pytest.approx(row.rmse, rel=1e-6)
+    assert row.rmse < endpoint_rmse(build(gmm, "ipndm", order=3), gmm, test)
 
 
 def test_fit_is_deterministic_under_a_seed(gmm, gmm_teacher):
