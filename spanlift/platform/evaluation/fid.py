@@ -18,6 +18,7 @@ from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
 from spanlift.platform.evaluation.reference import (
+    FID_FIRST_SEED,
     ReferenceSet,
     load_reference,
     reference_path,
@@ -70,10 +71,11 @@ def evaluate_fid(
     samples: int,
     reference: ReferenceSet,
 ) -> FidResult:
-    """FID of `samples` samples (seeds 0..samples−1) of the solver against the reference set."""
+    """FID of `samples` samples of the solver (seeds from FID_FIRST_SEED) against the reference."""
 
     detector = ray.get(actors[0].identity.remote())
     ref = reference_moments(actors, setup, reference, detector)
     label = f"{spec.label()} nfe={spec.nfe}"
-    moments = pool.solver_moments(actors, spec, checkpoint, list(range(samples)), label)
+    seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + samples))
+    moments = pool.solver_moments(actors, spec, checkpoint, seeds, label)
     return FidResult(frechet_distance(moments, ref), samples, detector, reference.describe())
