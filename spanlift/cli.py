@@ -190,11 +190,17 @@ def cmd_eval(args: argparse.Namespace) -> None:
         evaluators=args.evaluators,
         reference=ReferenceSet(args.reference, args.reference_samples),
     )
-    result, seconds = run_eval(request, Path("runs"), args.address, args.num_cpus)
-    print(
-        f"fid {result.fid:.4f}  ({result.samples} samples against {result.reference}; "
-        f"detector {result.detector}; {args.evaluators} evaluators, {seconds:.0f} s)"
-    )
+    report = run_eval(request, Path("runs"), args.address, args.num_cpus)
+    if report.diagnostics is not None:
+        print(report.diagnostics.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        print("wrote " + ", ".join(str(f) for f in report.files))
+    if report.fid is not None:
+        fid = report.fid
+        print(
+            f"fid {fid.fid:.4f}  ({fid.samples} samples against {fid.reference}; "
+            f"detector {fid.detector}; {args.evaluators} evaluators)"
+        )
+    print(f"evaluated in {report.seconds:.0f} s")
 
 
 def cmd_train_digits(args: argparse.Namespace) -> None:

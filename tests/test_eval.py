@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import ray
 
@@ -69,8 +70,8 @@ def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, 
         load_reference(other, identity)
 
 
-def spanlift_eval(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "spanlift.cli", "eval", "--solver", "euler", "--nfe", "3"]
+def spanlift_eval(folder: Path, *args: str, solver: str = "euler") -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "spanlift.cli", "eval", "--solver", solver, "--nfe", "3"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [*command, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300
@@ -84,9 +85,22 @@ def spanlift_eval(folder: Path, *args: str) -> subprocess.CompletedProcess:
         (["--samples", "1"], "--samples: expected at least 2, got 1"),
         (["--detector", "lenet"], "unknown detector 'lenet'"),
         (["--checkpoint", "absent.pt"], "checkpoint not found: absent.pt"),
+        (["--metrics", "diagnostics"], "needs a SpanLift solver, got euler"),
     ],
 )
 def test_eval_refuses_bad_input_with_one_line(tmp_path: Path, args, message: str) -> None:
     result = spanlift_eval(tmp_path, "--num-cpus", "2", *args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_eval_writes_spanlift_diagnostics(tmp_path: Path) -> None:
+    result = spanlift_eval(
+        tmp_path, "--set", "base=ipndm", "--metrics", "diagnostics", solver="spanlift"
+    )
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(tmp_path / "runs" / "eval" / "spanlift[base=ipndm]-nfe3-diagnostics.csv")
+    assert table["step"].tolist() == [0, 1, 2]
+    assert (table["relative_magnitude"] == 0).all()  # untrained: β = 0
+    assert (tmp_path / "runs" / "eval" / "spanlift[base=ipndm]-nfe3-diagnostics.png").is_file()
+    assert "relative_magnitude" in result.stdout

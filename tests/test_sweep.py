@@ -154,9 +154,11 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
         solvers=[
             {"name": "euler", "nfe": 3},
             {"name": "ipndm", "nfe": 3, "settings": {"order": 3}},
+            {"name": "spanlift", "nfe": 3, "settings": {"base": "ipndm", "hidden_dim": 8}},
         ],
         search={"algorithm": "grid", "metric": "fid", "mode": "min"},
-        evaluation={"metrics": ["fid"], "samples": 100, "evaluators": 1},
+        fit={"iterations": 10, "batch_size": 8},
+        evaluation={"metrics": ["fid", "diagnostics"], "samples": 100, "evaluators": 1},
     )
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -166,6 +168,12 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
         assert run.data.params["fid.detector"].startswith("digits:")
         assert run.data.params["fid.reference"] == "dataset"
     assert runs["ipndm"].data.metrics["fid"] < runs["euler"].data.metrics["fid"]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    artifacts = {a.path for a in client.list_artifacts(runs["spanlift"].info.run_id)}
+    assert {"spanlift-diagnostics.csv", "spanlift-diagnostics.png"} <= artifacts
+    assert "spanlift-diagnostics.csv" not in {
+        a.path for a in client.list_artifacts(runs["ipndm"].info.run_id)
+    }
     assert len(list((tmp_path / "runs" / "sweeps" / "fid" / "eval-cache").glob("reference-*"))) == 1
     board = spanlift(tmp_path, "leaderboard", "--experiment", "fid", "--metric", "fid")
     assert board.returncode == 0, board.stderr

@@ -34,6 +34,7 @@ from spanlift.platform.compare import (
     needs_fitted_base,
 )
 from spanlift.platform.evaluation import pool
+from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.fid import evaluate_fid
 from spanlift.platform.evaluation.reference import ReferenceSet
@@ -138,10 +139,11 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         extra_metrics, extra_params = evaluation_metrics(spec, checkpoint, context)
         with tempfile.TemporaryDirectory() as folder:
             grid = save_sample_grid(samples, Path(folder) / "samples.png")
+            diagnostics = trial_diagnostics(spec, checkpoint, context, Path(folder))
             runs.finish(
                 run_id,
                 {**metrics, **fit_metrics, **extra_metrics},
-                [grid, *([checkpoint] if checkpoint else [])],
+                [grid, *diagnostics, *([checkpoint] if checkpoint else [])],
                 extra_params,
             )
     except TrainingDivergedError as exc:
@@ -205,6 +207,18 @@ def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> tupl
         shutil.copyfile(Path(folder) / SOLVER_FILE, partial)
         os.replace(partial, out)
     return float(result.metrics["fit_seconds"]), float(result.metrics["resumed_from"])
+
+
+def trial_diagnostics(
+    spec: SolverSpec, checkpoint: Path | None, context: SweepContext, folder: Path
+) -> list[Path]:
+    """Per-step SpanLift diagnostics (CSV + PNG) when the YAML asks for them; [] otherwise."""
+    config = context.config
+    if "diagnostics" not in config.evaluation.metrics or spec.name != "spanlift":
+        return []
+    backbone = load_backbone(config.backbone, **config.backbone_options)
+    solver = load_solver(spec, checkpoint, backbone)
+    return write_diagnostics(solver, backbone, folder, "spanlift")[1]
 
 
 def evaluation_metrics(

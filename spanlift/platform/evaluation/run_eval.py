@@ -2,9 +2,10 @@
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import pandas as pd
 import ray
 
 from spanlift.backbones import load_backbone
@@ -12,13 +13,15 @@ from spanlift.errors import SettingsError
 from spanlift.platform.compare import load_solver
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.detectors import DETECTORS
+from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.fid import FidResult, evaluate_fid
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
+from spanlift.solvers.spanlift import SpanLift
 
-METRICS = ("fid",)
+METRICS = ("fid", "diagnostics")
 
 
 @dataclass(frozen=True)
@@ -47,27 +50,52 @@ def check_request(request: EvalRequest) -> None:
             f"reference: expected dataset or teacher, got {request.reference.kind!r}"
         )
     backbone = load_backbone(request.setup.backbone, **request.setup.backbone_options)
-    load_solver(request.spec, request.checkpoint, backbone)  # a bad name, NFE or checkpoint
+    solver = load_solver(request.spec, request.checkpoint, backbone)  # bad name, NFE, checkpoint
+    if "diagnostics" in request.metrics and not isinstance(solver, SpanLift):
+        raise SettingsError(f"--metrics diagnostics: needs a SpanLift solver, got {solver.name}")
+
+
+@dataclass
+class EvalReport:
+    fid: FidResult | None = None
+    diagnostics: pd.DataFrame | None = None
+    files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
 
 
 def run_eval(
     request: EvalRequest, workdir: Path, address: str | None = None, num_cpus: int | None = None
-) -> tuple[FidResult, float]:
-    """FID (and its detector, reference) of one solver; returns it with the wall seconds."""
+) -> EvalReport:
+    """The requested metrics of one solver: FID on evaluator actors, diagnostics in-process."""
     check_request(request)
-    start = time.perf_counter()
+    start, report = time.perf_counter(), EvalReport()
+    if "diagnostics" in request.metrics:
+        report.diagnostics, report.files = solver_diagnostics(request, workdir / "eval")
+    if "fid" in request.metrics:
+        report.fid = fid_on_actors(request, workdir, address, num_cpus)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def solver_diagnostics(request: EvalRequest, folder: Path) -> tuple[pd.DataFrame, list[Path]]:
+    setup = request.setup
+    backbone = load_backbone(setup.backbone, **setup.backbone_options)
+    solver = load_solver(request.spec, request.checkpoint, backbone)
+    return write_diagnostics(solver, backbone, folder, f"{request.spec.label()}-nfe{solver.nfe}")
+
+
+def fid_on_actors(
+    request: EvalRequest, workdir: Path, address: str | None, num_cpus: int | None
+) -> FidResult:
     start_ray(address, workdir, num_cpus)
     cpus = ray.available_resources().get("CPU", 1) / request.evaluators
     gpus = 1 if ray.available_resources().get("GPU", 0) >= request.evaluators else 0
-    setup = EvaluatorSetup(
-        **{**request.setup.__dict__, "threads": max(1, math.floor(cpus))},
-    )
+    setup = replace(request.setup, threads=max(1, math.floor(cpus)))
     actors = pool.start_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus)
     try:
-        result = evaluate_fid(
+        return evaluate_fid(
             actors, setup, request.spec, request.checkpoint, request.samples, request.reference
         )
     finally:
         for actor in actors:
             ray.kill(actor)
-    return result, time.perf_counter() - start
