@@ -20,7 +20,6 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/spanlift sweep sweeps/digits_nfe.yaml --restart
 	$(BIN)/spanlift leaderboard --experiment digits-nfe --plot runs/digits-nfe-leaderboard.png
-	$(BIN)/spanlift leaderboard --experiment digits-nfe --metric fid --plot runs/digits-nfe-fid.png
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

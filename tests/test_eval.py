@@ -62,7 +62,7 @@ def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, 
     stamp = files[0].stat().st_mtime_ns
     again = reference_moments(actors, setup, ReferenceSet("dataset"), identity)
     assert files[0].stat().st_mtime_ns == stamp and again.count == first.count
-    result = evaluate_fid(actors, setup, SPEC, None, 40, ReferenceSet("dataset"))
+    result = evaluate_fid(actors, setup, SPEC, None, 80, ReferenceSet("dataset"))
     ray.kill(actors[0])
     assert result.detector == identity and result.reference == "dataset" and result.fid > 0
     other = save_reference(setup.cache_dir / "other.npz", first, "inception:0123456789ab")

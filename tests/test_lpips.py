@@ -1,5 +1,6 @@
 """LPIPS: AlexNet weights loaded from a file (written here), unavailable without them, the math."""
 
+import warnings
 from pathlib import Path
 
 import lpips
@@ -40,7 +41,9 @@ def test_alexnet_feature_weights_come_from_the_file(weights) -> None:
 def test_lpips_matches_the_package_model_with_the_same_backbone(weights) -> None:
     path, state = weights
     ours = load_lpips(path)
-    reference = lpips.LPIPS(net="alex", pnet_rand=True, verbose=False)
+    with warnings.catch_warnings():  # torchvision's note on lpips' deprecated `pretrained=`
+        warnings.simplefilter("ignore", UserWarning)
+        reference = lpips.LPIPS(net="alex", pnet_rand=True, verbose=False)
     alexnet = torchvision.models.alexnet()
     alexnet.load_state_dict(state)
     for slice_ in reference.net.children():  # the package's own slicing of torchvision's AlexNet

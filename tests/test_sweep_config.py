@@ -26,7 +26,8 @@ VALID = {
 
 
 @pytest.mark.parametrize(
-    ("name", "trials"), [("digits_nfe", 23), ("gmm_smoke", 2), ("operator_ablation", 6)]
+    ("name", "trials"),
+    [("digits_nfe", 23), ("digits_fid", 23), ("gmm_smoke", 2), ("operator_ablation", 6)],
 )
 def test_shipped_sweeps_load(name: str, trials: int) -> None:
     config = load_sweep(SWEEPS / f"{name}.yaml")
