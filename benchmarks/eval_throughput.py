@@ -14,6 +14,7 @@ from pathlib import Path
 
 import ray
 import torch
+from solver_quality import SOLVERS  # the same solvers, labels and settings
 
 from spanlift.backbones import load_backbone
 from spanlift.platform.compare import compare
@@ -25,16 +26,6 @@ from spanlift.platform.fit import FitSettings
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.teacher import load_or_generate
 from spanlift.solvers import SolverSpec
-
-SOLVERS = [
-    ("Euler", "euler", {}),
-    ("Heun", "heun", {}),
-    ("iPNDM(3M)", "ipndm", {"order": 3}),
-    ("DPM-Solver++(3M)", "dpm_solver_pp", {"order": 3}),
-    ("UniPC(bh2, 3)", "unipc", {"order": 3}),
-    ("DyWeight", "dyweight", {"order": 3}),
-    ("SpanLift (DyWeight base)", "spanlift", {"base": "dyweight"}),
-]
 
 
 def throughput(setup: EvaluatorSetup, images: torch.Tensor, actors: int, cpus: int) -> float:
