@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from spanlift.backbones import Backbone
 from spanlift.errors import CacheError
+from spanlift.platform.checksums import file_sha256
 from spanlift.solvers import SolverSpec, build_solver
 
 FORMAT = "spanlift-teacher/1"
@@ -97,14 +98,6 @@ def generate_teacher(
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _shard_table(teacher: TeacherSet) -> pa.Table:
     def column(t: Tensor) -> pa.Array:
         flat = t.reshape(len(t), -1).numpy().astype(np.float32)
@@ -130,7 +123,7 @@ def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
             pq.write_table(
                 _shard_table(teacher.subset(slice(start, start + SHARD_ROWS))), tmp / name
             )
-            files[name] = _sha256(tmp / name)
+            files[name] = file_sha256(tmp / name)
         shape = list(teacher.noise.shape[1:])
         manifest = {
             "format": FORMAT,
@@ -165,7 +158,7 @@ def read_teacher(folder: Path) -> TeacherSet:
     seeds, noise, endpoints = [], [], []
     for name, expected in files.items():
         path = folder / name
-        if not path.is_file() or _sha256(path) != expected:
+        if not path.is_file() or file_sha256(path) != expected:
             raise CacheError(
                 f"teacher cache shard {path} is missing or corrupt (checksum mismatch); delete {folder}"
             )

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 
+from spanlift.platform.checksums import file_sha256
 from spanlift.platform.evaluation import digits_detector, inception
 from spanlift.platform.evaluation.images import to_uint8_rgb
 from spanlift.registry import Registry
@@ -31,7 +32,7 @@ class Detector:
     @cached_property
     def identity(self) -> str:
         """`<name>:<first 12 hex of the weights' SHA-256>`, e.g. `digits:3f9a0c1b2d4e`."""
-        return f"{self.name}:{inception.file_digest(self.weights)[:12]}"
+        return f"{self.name}:{file_sha256(self.weights)[:12]}"
 
     def to(self, device: torch.device | str) -> "Detector":
         self.extractor.to(device)

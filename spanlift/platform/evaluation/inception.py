@@ -11,7 +11,6 @@ torch-fidelity then resizes and scales uint8 images as it always does. The conve
 cached under the SHA-256 of the TorchScript it came from.
 """
 
-import hashlib
 import importlib.util
 import os
 import tempfile
@@ -23,6 +22,7 @@ from torch import Tensor
 from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
 
 from spanlift.errors import CheckpointError
+from spanlift.platform.checksums import file_sha256
 
 DETECTOR = "inception-v3-compat"
 FEATURE = "2048"
@@ -96,18 +96,10 @@ def convert(source: Path) -> dict[str, Tensor]:
     return state
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def inception_weights(cache_dir: Path, source: Path | None = None) -> Path:
     """The converted weights file in `cache_dir`, converted once per source TorchScript."""
     source = source or torchscript_path()
-    target = Path(cache_dir) / f"inception-edm-{file_digest(source)[:16]}.pth"
+    target = Path(cache_dir) / f"inception-edm-{file_sha256(source)[:16]}.pth"
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".partial-{os.getpid()}")
