@@ -10,6 +10,7 @@
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import ray
@@ -30,7 +31,7 @@ from spanlift.solvers import SolverSpec
 
 def throughput(setup: EvaluatorSetup, images: torch.Tensor, actors: int, cpus: int) -> float:
     """Images/s of detector features over `images` on `actors` actors (after a warm-up)."""
-    setup = EvaluatorSetup(**{**setup.__dict__, "threads": max(1, cpus // actors)})
+    setup = replace(setup, threads=max(1, cpus // actors))
     handles = pool.start_evaluators(setup, actors, cpus=cpus / actors)
     pool.image_moments(handles, images[: 2 * actors], "warm-up")
     start = time.perf_counter()

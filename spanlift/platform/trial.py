@@ -238,19 +238,15 @@ def evaluation_metrics(
         config.backbone_options,
         threads=max(1, int(resources.worker_cpu)),
     )
-    actors = pool.start_evaluators(
+    reference = ReferenceSet(evaluation.reference, evaluation.reference_samples)
+    with pool.running_evaluators(
         setup,
         evaluation.evaluators,
         cpus=resources.worker_cpu,
         gpus=1 if resources.use_gpu else 0,
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
-    )
-    try:
-        reference = ReferenceSet(evaluation.reference, evaluation.reference_samples)
+    ) as actors:
         result = evaluate_fid(actors, setup, spec, checkpoint, evaluation.samples, reference)
-    finally:
-        for actor in actors:
-            ray.kill(actor)
     return result.metrics(), result.params()
 
 

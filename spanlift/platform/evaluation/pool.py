@@ -5,7 +5,8 @@ threads, and takes shards from an `ActorPool` until none are left; the driver me
 back, so FID is the same for 1 or N actors.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,19 @@ def start_evaluators(
     """`count` evaluator actors; `options` go to Ray (a scheduling strategy, say)."""
     remote = ray.remote(Evaluator).options(num_cpus=cpus, num_gpus=gpus, **options)
     return [remote.remote(setup) for _ in range(count)]
+
+
+@contextmanager
+def running_evaluators(
+    setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
+) -> Iterator[list]:
+    """Evaluator actors for the duration of a `with` block; killed on the way out, error or not."""
+    actors = start_evaluators(setup, count, cpus, gpus, **options)
+    try:
+        yield actors
+    finally:
+        for actor in actors:
+            ray.kill(actor)
 
 
 def reduce_shards(

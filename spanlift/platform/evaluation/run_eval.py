@@ -91,11 +91,7 @@ def fid_on_actors(
     cpus = ray.available_resources().get("CPU", 1) / request.evaluators
     gpus = 1 if ray.available_resources().get("GPU", 0) >= request.evaluators else 0
     setup = replace(request.setup, threads=max(1, math.floor(cpus)))
-    actors = pool.start_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus)
-    try:
+    with pool.running_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus) as actors:
         return evaluate_fid(
             actors, setup, request.spec, request.checkpoint, request.samples, request.reference
         )
-    finally:
-        for actor in actors:
-            ray.kill(actor)
