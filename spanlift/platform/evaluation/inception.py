@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x
 
 from spanlift.errors import CheckpointError
 from spanlift.platform.checksums import file_sha256
@@ -28,6 +29,14 @@ DETECTOR = "inception-v3-compat"
 FEATURE = "2048"
 SOURCE_FILE = "default_1.pt"
 BN_PARTS = ("beta", "mean", "var")
+INPUT_SIZE = 299
+# torch-fidelity's Inception from the resized input to the 2048-d pool, in forward order.
+POOL_PATH = (
+    *("Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3", "MaxPool_1"),
+    *("Conv2d_3b_1x1", "Conv2d_4a_3x3", "MaxPool_2"),
+    *("Mixed_5b", "Mixed_5c", "Mixed_5d", "Mixed_6a", "Mixed_6b", "Mixed_6c", "Mixed_6d"),
+    *("Mixed_6e", "Mixed_7a", "Mixed_7b", "Mixed_7c", "AvgPool"),
+)
 
 
 def torchscript_path() -> Path:
@@ -115,3 +124,16 @@ def inception_detector(weights: Path) -> FeatureExtractorInceptionV3:
     return FeatureExtractorInceptionV3(
         DETECTOR, [FEATURE], feature_extractor_weights_path=str(weights)
     )
+
+
+def differentiable_pool_features(extractor: FeatureExtractorInceptionV3, pixels: Tensor) -> Tensor:
+    """2048-d pool features of float pixels in [0, 255] with gradients: torch-fidelity's forward
+    after its uint8 cast (TF-1 bilinear resize to 299, `(p − 128) / 128`, the layers to the pool).
+    On pixels that are whole numbers it gives the uint8 path's features."""
+    x = interpolate_bilinear_2d_like_tensorflow1x(
+        pixels, size=(INPUT_SIZE, INPUT_SIZE), align_corners=False
+    )
+    x = (x - 128) / 128
+    for name in POOL_PATH:
+        x = getattr(extractor, name)(x)
+    return torch.flatten(x, 1)
