@@ -70,7 +70,11 @@ def fit_settings(args: argparse.Namespace) -> Any:
             f"--train-samples and --test-samples must be positive, got {args.train_samples} and {args.test_samples}"
         )
     return FitSettings(
-        iterations=args.iterations, batch_size=args.batch_size, lr=args.lr, seed=args.seed
+        iterations=args.iterations,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        loss=args.loss,
     )
 
 
@@ -171,36 +175,66 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
 
 DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
 DETECTOR = "spanlift/platform/evaluation/weights/digits_detector.pt"
+ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from spanlift.backbones import load_backbone
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
     from spanlift.platform.evaluation.reference import ReferenceSet
-    from spanlift.platform.evaluation.run_eval import EvalRequest, run_eval
+    from spanlift.platform.evaluation.run_eval import EvalRequest, Tracking, run_eval
+    from spanlift.platform.tracking import absolute_uri
     from spanlift.solvers import SolverSpec
 
     detector = args.detector or load_backbone(args.backbone).fid_detector
+    experiment = args.experiment or f"eval-{args.backbone}"
     request = EvalRequest(
-        setup=EvaluatorSetup(args.backbone, detector, args.cache_dir, {}, args.detector_weights),
+        setup=EvaluatorSetup(
+            args.backbone,
+            detector,
+            args.cache_dir,
+            detector_weights=args.detector_weights,
+            lpips_weights=args.lpips_weights,
+            image_reward_weights=args.image_reward_weights,
+        ),
         spec=SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set)),
         checkpoint=args.checkpoint,
         metrics=tuple(m.strip() for m in args.metrics.split(",") if m.strip()),
         samples=args.samples,
         evaluators=args.evaluators,
         reference=ReferenceSet(args.reference, args.reference_samples),
+        tracking=None
+        if args.no_tracking
+        else Tracking(absolute_uri(args.tracking_uri), experiment),
     )
     report = run_eval(request, Path("runs"), args.address, args.num_cpus)
     if report.diagnostics is not None:
         print(report.diagnostics.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         print("wrote " + ", ".join(str(f) for f in report.files))
-    if report.fid is not None:
-        fid = report.fid
+    if report.samples is not None:
+        print_sample_report(report.samples, args.evaluators)
+    print(f"evaluated in {report.seconds:.0f} s")
+    if report.run_id:
+        print(f"MLflow run {report.run_id} in experiment {experiment!r} at {args.tracking_uri}")
+
+
+def print_sample_report(samples: Any, evaluators: int) -> None:
+    if samples.fid is not None:
+        fid = samples.fid
         print(
             f"fid {fid.fid:.4f}  ({fid.samples} samples against {fid.reference}; "
-            f"detector {fid.detector}; {args.evaluators} evaluators)"
+            f"detector {fid.detector})"
         )
-    print(f"evaluated in {report.seconds:.0f} s")
+    for name, value in samples.means.items():
+        against = samples.measures.get(f"{name}.reference")
+        print(f"{name} {value:.4f}" + (f"  (against {against})" if against else ""))
+    for name, reason in samples.unavailable.items():
+        print(f"{name} unavailable: {reason}")
+    print(
+        f"sampling: {samples.latency_ms_per_image:.3f} ms/image per evaluator, "
+        f"{samples.throughput_images_per_s:.1f} images/s over {evaluators} evaluators "
+        f"on {samples.device}"
+    )
 
 
 def cmd_train_digits(args: argparse.Namespace) -> None:
@@ -225,6 +259,9 @@ def add_fit_options(p: argparse.ArgumentParser, out: str, nfe: Any, backbone: st
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--loss", default="mse", help="endpoint loss: mse, inception or digits (detector features)"
+    )
     p.add_argument("--train-samples", type=int, default=1024, help="teacher endpoints to fit on")
     p.add_argument("--test-samples", type=int, default=256, help="held-out endpoints to score on")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
@@ -263,14 +300,18 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
     sweep.set_defaults(run=cmd_sweep)
 
-    ev = sub.add_parser("eval", help="score one solver (FID) on parallel Ray evaluator actors")
+    ev = sub.add_parser("eval", help="score one solver on parallel Ray evaluator actors")
     ev.add_argument("--backbone", default="digits", help="registered backbone (default digits)")
     ev.add_argument("--solver", required=True, help="registered solver (see `spanlift solvers`)")
     ev.add_argument("--nfe", type=int, required=True, help="model evaluations the solver spends")
     ev.add_argument("--schedule", default="edm", help="edm, logsnr or time")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--checkpoint", type=Path, help="fitted solver (spanlift fit / sweep output)")
-    ev.add_argument("--metrics", default="fid", help="comma-separated (default fid)")
+    ev.add_argument(
+        "--metrics",
+        default="fid",
+        help="comma-separated, of fid, lpips, image_reward, latency, diagnostics (default fid)",
+    )
     ev.add_argument("--samples", type=int, default=10_000, help="samples scored (default 10000)")
     ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors (default 2)")
     ev.add_argument("--detector", help="FID detector: digits or inception (default: backbone's)")
@@ -278,6 +319,19 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--reference", default="dataset", choices=["dataset", "teacher"])
     ev.add_argument("--reference-samples", type=int, default=10_000, help="teacher reference size")
     ev.add_argument("--cache-dir", type=Path, default=Path("runs/eval-cache"))
+    ev.add_argument(
+        "--lpips-weights",
+        type=Path,
+        help=f"AlexNet weights for LPIPS (default: torch hub cache, {ALEXNET_HINT})",
+    )
+    ev.add_argument(
+        "--image-reward-weights",
+        type=Path,
+        help="folder with ImageReward.pt and med_config.json (default ~/.cache/ImageReward)",
+    )
+    ev.add_argument("--experiment", help="MLflow experiment (default: eval-<backbone>)")
+    ev.add_argument("--tracking-uri", default="sqlite:///mlflow.db", help="MLflow store")
+    ev.add_argument("--no-tracking", action="store_true", help="do not record an MLflow run")
     ev.add_argument("--address", help="Ray cluster address (default: a local Ray)")
     ev.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
     ev.set_defaults(run=cmd_eval)

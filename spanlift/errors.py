@@ -30,3 +30,8 @@ class TrainingDivergedError(SpanliftError):
 
 class SettingsError(SpanliftError):
     """A setting with a value outside what it accepts."""
+
+
+class MetricUnavailable(SpanliftError):
+    """A metric that cannot be computed here (its weights are absent); the message says why and
+    how to enable it. Evaluations report such a metric as unavailable instead of failing."""

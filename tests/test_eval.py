@@ -1,4 +1,5 @@
-"""FID on Ray evaluator actors: the same number for 1, 2 or 3 actors, cached references, bad input."""
+"""Sample metrics on Ray evaluator actors: the same FID and LPIPS for 1, 2 or 3 actors, cached
+references, `spanlift eval` into MLflow, LPIPS reported unavailable without weights, bad input."""
 
 import os
 import subprocess
@@ -8,13 +9,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import ray
+import torch
+import torchvision
+from mlflow.tracking import MlflowClient
 
 from spanlift.errors import CacheError
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-from spanlift.platform.evaluation.fid import evaluate_fid, reference_moments
+from spanlift.platform.evaluation.fid import reference_moments
 from spanlift.platform.evaluation.frechet import frechet_distance
 from spanlift.platform.evaluation.reference import ReferenceSet, load_reference, save_reference
+from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
 
@@ -30,27 +35,41 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory):
     ray.shutdown()
 
 
+def write_alexnet_features(path: Path) -> Path:
+    """AlexNet feature weights (random: they stand in for torchvision's ImageNet file)."""
+    torch.manual_seed(0)
+    state = torchvision.models.alexnet().state_dict()
+    torch.save({k: v for k, v in state.items() if k.startswith("features.")}, path)
+    return path
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> EvaluatorSetup:
-    return EvaluatorSetup("digits", "digits", tmp_path_factory.mktemp("cache"), threads=1)
+    cache = tmp_path_factory.mktemp("cache")
+    alexnet = write_alexnet_features(cache / "alexnet.pth")
+    return EvaluatorSetup("digits", "digits", cache, threads=1, lpips_weights=alexnet)
 
 
-def test_fid_over_1_2_3_actors_equals_the_single_process_fid(local_ray, setup) -> None:
+def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_ray, setup) -> None:
     evaluator = Evaluator(setup)
-    reference = evaluator.image_moments(evaluator.backbone.reference_images())
-    single = evaluator.solver_moments(SPEC, None, SEEDS)
-    expected = frechet_distance(single, reference)
+    reference = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
+    single = evaluator.solver_states(SPEC, None, SEEDS, ("fid", "lpips"))
+    expected = frechet_distance(single["fid"], reference)
     assert expected > 10  # three steps are far from the data
+    assert single["lpips"].count == len(SEEDS) and single["lpips"].mean > 0
+    assert single["sampling"].count == len(SEEDS) and single["sampling"].total > 0
     for count in (1, 2, 3):
         actors = pool.start_evaluators(setup, count, cpus=0.5)
-        merged = pool.solver_moments(actors, SPEC, None, SEEDS, f"{count} actors")
+        merged = pool.solver_states(actors, SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
         dataset = pool.image_moments(actors, evaluator.backbone.reference_images(), "dataset")
         for actor in actors:
             ray.kill(actor)
-        assert merged.count == len(SEEDS) and dataset.count == reference.count
+        assert merged["fid"].count == len(SEEDS) and dataset["fid"].count == reference.count
         # Merging is exact (test_frechet: 1e-9); what remains is float32 rounding of the model
         # and detector, which differs by batch size (batches of ≤ 13 images: 4.8e-6 relative).
-        assert frechet_distance(merged, dataset) == pytest.approx(expected, rel=1e-5)
+        assert frechet_distance(merged["fid"], dataset["fid"]) == pytest.approx(expected, rel=1e-5)
+        assert merged["lpips"].count == len(SEEDS)
+        assert merged["lpips"].mean == pytest.approx(single["lpips"].mean, rel=1e-5)
 
 
 def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, setup) -> None:
@@ -62,26 +81,72 @@ def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, 
     stamp = files[0].stat().st_mtime_ns
     again = reference_moments(actors, setup, ReferenceSet("dataset"), identity)
     assert files[0].stat().st_mtime_ns == stamp and again.count == first.count
-    result = evaluate_fid(actors, setup, SPEC, None, 80, ReferenceSet("dataset"))
+    report = evaluate_samples(actors, setup, SPEC, None, 80, ("fid",), ReferenceSet("dataset"))
     ray.kill(actors[0])
+    result = report.fid
     assert result.detector == identity and result.reference == "dataset" and result.fid > 0
+    assert "lpips" not in report.means and report.metrics()["throughput_images_per_s"] > 0
     other = save_reference(setup.cache_dir / "other.npz", first, "inception:0123456789ab")
     with pytest.raises(CacheError, match="computed with detector inception:0123456789ab"):
         load_reference(other, identity)
 
 
-def spanlift_eval(folder: Path, *args: str, solver: str = "euler") -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "spanlift.cli", "eval", "--solver", solver, "--nfe", "3"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def spanlift(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    # An empty torch hub: LPIPS finds AlexNet weights only where a test puts them.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_HOME": str(folder / "torch-home")}
     return subprocess.run(
-        [*command, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "spanlift.cli", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
+
+
+def spanlift_eval(folder: Path, *args: str, solver: str = "euler") -> subprocess.CompletedProcess:
+    return spanlift(folder, "eval", "--solver", solver, "--nfe", "3", *args)
+
+
+def test_eval_logs_fid_lpips_and_latency_to_mlflow_and_ranks_them(tmp_path: Path) -> None:
+    alexnet = write_alexnet_features(tmp_path / "alexnet.pth")
+    common = ["--samples", "48", "--evaluators", "2", "--num-cpus", "2"]
+    for solver, nfe in (("euler", "3"), ("ipndm", "4")):
+        result = spanlift(
+            tmp_path, "eval", "--solver", solver, "--nfe", nfe, "--metrics", "fid,lpips",
+            "--lpips-weights", str(alexnet), *common,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "lpips " in result.stdout and "images/s over 2 evaluators" in result.stdout
+    client = MlflowClient("sqlite:///" + str(tmp_path / "mlflow.db"))
+    runs = client.search_runs([client.get_experiment_by_name("eval-digits").experiment_id])
+    assert len(runs) == 2
+    for run in runs:
+        metrics, params = run.data.metrics, run.data.params
+        assert {"fid", "lpips", "latency_ms_per_image", "throughput_images_per_s"} <= set(metrics)
+        assert params["lpips.detector"].startswith("alexnet:")
+        assert params["eval.samples"] == "48" and params["fid.reference"] == "dataset"
+    board = spanlift(tmp_path, "leaderboard", "--experiment", "eval-digits", "--metric", "lpips")
+    assert board.returncode == 0, board.stderr
+    assert "euler" in board.stdout and "ipndm" in board.stdout
+
+
+def test_eval_reports_lpips_unavailable_without_weights_and_goes_on(tmp_path: Path) -> None:
+    result = spanlift_eval(
+        tmp_path, "--metrics", "fid,lpips", "--samples", "16", "--evaluators", "1",
+        "--num-cpus", "2", "--no-tracking",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "lpips unavailable: LPIPS unavailable: AlexNet weights" in result.stdout
+    assert "alexnet-owt-7be5be79.pth not found" in result.stdout
+    assert "fid " in result.stdout and not (tmp_path / "mlflow.db").exists()
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--metrics", "fid,lpipz"], "--metrics: unknown lpipz"),
+        (["--metrics", ","], "--metrics: unknown empty list"),
         (["--samples", "1"], "--samples: expected at least 2, got 1"),
         (["--detector", "lenet"], "unknown detector 'lenet'"),
         (["--checkpoint", "absent.pt"], "checkpoint not found: absent.pt"),
@@ -96,7 +161,13 @@ def test_eval_refuses_bad_input_with_one_line(tmp_path: Path, args, message: str
 
 def test_eval_writes_spanlift_diagnostics(tmp_path: Path) -> None:
     result = spanlift_eval(
-        tmp_path, "--set", "base=ipndm", "--metrics", "diagnostics", solver="spanlift"
+        tmp_path,
+        "--set",
+        "base=ipndm",
+        "--metrics",
+        "diagnostics",
+        "--no-tracking",
+        solver="spanlift",
     )
     assert result.returncode == 0, result.stderr
     table = pd.read_csv(tmp_path / "runs" / "eval" / "spanlift[base=ipndm]-nfe3-diagnostics.csv")

@@ -6,16 +6,12 @@ from pathlib import Path
 import lpips
 import pytest
 import torch
+import torch.nn.functional as F
 import torchvision
 
-from spanlift.errors import CheckpointError
-from spanlift.platform.evaluation.lpips_metric import (
-    MeanState,
-    MetricUnavailable,
-    alexnet_weights,
-    load_lpips,
-    lpips_state,
-)
+from spanlift.errors import CheckpointError, MetricUnavailable
+from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
+from spanlift.platform.evaluation.states import MeanState
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +45,23 @@ def test_lpips_matches_the_package_model_with_the_same_backbone(weights) -> None
     for slice_ in reference.net.children():  # the package's own slicing of torchvision's AlexNet
         for name, module in slice_.named_children():
             module.load_state_dict(alexnet.features[int(name)].state_dict())
+    reference = reference.eval()
     g = torch.Generator().manual_seed(1)
-    a = torch.rand(4, 1, 32, 32, generator=g) * 2 - 1
-    b = torch.rand(4, 1, 32, 32, generator=g) * 2 - 1
-    expected = reference.eval()(a.expand(-1, 3, -1, -1), b.expand(-1, 3, -1, -1)).flatten()
+    a = torch.rand(4, 1, 64, 64, generator=g) * 2 - 1
+    b = torch.rand(4, 1, 64, 64, generator=g) * 2 - 1
+    expected = reference(a.expand(-1, 3, -1, -1), b.expand(-1, 3, -1, -1)).flatten()
     state_ab = lpips_state(ours, a, b)
     assert state_ab.count == 4
     assert state_ab.mean == pytest.approx(expected.mean().item(), rel=1e-5)
     assert lpips_state(ours, a, a).mean == pytest.approx(0.0, abs=1e-6)
+    # 8×8 digits: both sides upsampled bilinearly to 64×64 before the package's network.
+    small_a, small_b = a[:, :, ::8, ::8], b[:, :, ::8, ::8]
+    up = [
+        F.interpolate(x.expand(-1, 3, -1, -1), size=(64, 64), mode="bilinear")
+        for x in (small_a, small_b)
+    ]
+    expected_small = reference(*up).flatten().mean().item()
+    assert lpips_state(ours, small_a, small_b).mean == pytest.approx(expected_small, rel=1e-5)
 
 
 def test_missing_weights_make_lpips_unavailable_with_the_reason(tmp_path: Path) -> None:

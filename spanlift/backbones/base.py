@@ -6,6 +6,7 @@ flow matching with x_t = t·x1 + (1−t)·noise uses σ = (1−t)/t and x̃ = x/
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -47,6 +48,11 @@ class Backbone(nn.Module, ABC):
     def reference_images(self) -> Tensor | None:
         """The model's training images in [-1, 1] (N, C, H, W), the reference set of FID against
         the dataset; None when the backbone ships no dataset (use the teacher's samples)."""
+        return None
+
+    def prompts(self, seeds: Sequence[int]) -> list[str] | None:
+        """The text prompt of each seed's sample (ImageReward scores image and prompt together);
+        None for a backbone without prompts."""
         return None
 
     def sample_conditioning(self, n: int, generator: torch.Generator) -> Any:

@@ -69,6 +69,8 @@ class EvaluationConfig:
     detector: str | None = None  # None: the backbone's own default
     reference: str = "dataset"
     reference_samples: int = 10_000
+    lpips_weights: Path | None = None  # AlexNet weights; None: torch's hub cache
+    image_reward_weights: Path | None = None  # ImageReward.pt + med_config.json folder
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,16 @@ def _evaluation(e: _Reader) -> EvaluationConfig:
     from spanlift.platform.evaluation.detectors import DETECTORS
     from spanlift.platform.evaluation.run_eval import METRICS
 
-    e.only("metrics", "samples", "evaluators", "detector", "reference", "reference_samples")
+    e.only(
+        "metrics",
+        "samples",
+        "evaluators",
+        "detector",
+        "reference",
+        "reference_samples",
+        "lpips_weights",
+        "image_reward_weights",
+    )
     metrics = tuple(e.get("metrics", list, []))
     for metric in metrics:
         if metric not in METRICS:
@@ -211,7 +222,13 @@ def _evaluation(e: _Reader) -> EvaluationConfig:
         detector,
         reference,
         e.positive_int("reference_samples", 10_000),
+        lpips_weights=_optional_path(e.get("lpips_weights", str, None)),
+        image_reward_weights=_optional_path(e.get("image_reward_weights", str, None)),
     )
+
+
+def _optional_path(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None
 
 
 def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:

@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
+from spanlift.solvers import SolverSpec
 
 KEY_TAG = "spanlift.key"
 FAILURE_TAG = "spanlift.failure"
@@ -33,7 +34,24 @@ def absolute_uri(uri: str) -> str:
 
 
 def configuration_key(parts: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def solver_params(backbone: str, spec: SolverSpec, nfe: int) -> dict[str, Any]:
+    """The params every run of a solver carries; the leaderboard groups and labels by them."""
+    settings = spec.settings
+    return {
+        "backbone": backbone,
+        "solver": spec.name,
+        "configuration": spec.label(),
+        "base": settings.get("base", ""),
+        "nfe": nfe,
+        "schedule": spec.schedule,
+        "operator": settings.get("operator", ""),
+        "kernel_size": settings.get("kernel_size", ""),
+        "hidden_dim": settings.get("hidden_dim", ""),
+        "blocks": settings.get("blocks", ""),
+    }
 
 
 def connect(uri: str) -> MlflowClient:
@@ -102,6 +120,10 @@ class ConfigurationRuns:
         if earlier is not None:
             self.client.update_run(earlier.run_id, status="RUNNING")
             return earlier.run_id
+        return self.create(key, name, params, tags)
+
+    def create(self, key: str, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        """A new run of the configuration, whatever runs it had before."""
         run = self.client.create_run(self.experiment_id, run_name=name, tags={KEY_TAG: key, **tags})
         self.client.log_batch(
             run.info.run_id,

@@ -35,16 +35,16 @@ from spanlift.platform.compare import (
 )
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
-from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.fid import evaluate_fid
+from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.reference import ReferenceSet
+from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.fit import endpoint_rmse, rollout
 from spanlift.platform.fit_worker import SOLVER_FILE, fit_loop_config, fit_worker
 from spanlift.platform.sample_grid import save_sample_grid
 from spanlift.platform.sweep_config import SweepConfig
 from spanlift.platform.sweep_teacher import SweepTeachers
 from spanlift.platform.teacher import read_teacher
-from spanlift.platform.tracking import ConfigurationRuns, configuration_key
+from spanlift.platform.tracking import ConfigurationRuns, configuration_key, solver_params
 from spanlift.solvers import SolverSpec
 
 GRID_IMAGES = 8
@@ -78,19 +78,10 @@ def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
 
 def run_params(spec: SolverSpec, nfe: int, context: SweepContext) -> dict[str, Any]:
     """The MLflow params of a configuration."""
-    config, settings = context.config, spec.settings
+    config = context.config
     teacher = config.teacher.solver
     return {
-        "backbone": config.backbone,
-        "solver": spec.name,
-        "configuration": spec.label(),
-        "base": settings.get("base", ""),
-        "nfe": nfe,
-        "schedule": spec.schedule,
-        "operator": settings.get("operator", ""),
-        "kernel_size": settings.get("kernel_size", ""),
-        "hidden_dim": settings.get("hidden_dim", ""),
-        "blocks": settings.get("blocks", ""),
+        **solver_params(config.backbone, spec, nfe),
         "loss": config.fit.loss,
         "teacher": f"{teacher.label()} nfe={teacher.nfe}",
         **{f"fit.{k}": v for k, v in config.fit.to_dict().items()},
@@ -224,11 +215,12 @@ def trial_diagnostics(
 def evaluation_metrics(
     spec: SolverSpec, checkpoint: Path | None, context: SweepContext
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """The YAML's `evaluation.metrics` (FID) on evaluator actors, each with a Train worker's
+    """The YAML's sample metrics (FID, LPIPS) on evaluator actors, each with a Train worker's
     resources and placed outside the trial's placement group; ({}, {}) when none are asked."""
     config = context.config
     evaluation, resources = config.evaluation, config.resources
-    if "fid" not in evaluation.metrics:
+    metrics = tuple(m for m in evaluation.metrics if m in SAMPLE_METRICS)
+    if not metrics:
         return {}, {}
     backbone = load_backbone(config.backbone, **config.backbone_options)
     setup = EvaluatorSetup(
@@ -237,8 +229,13 @@ def evaluation_metrics(
         context.root / "eval-cache",
         config.backbone_options,
         threads=max(1, int(resources.worker_cpu)),
+        lpips_weights=evaluation.lpips_weights,
+        image_reward_weights=evaluation.image_reward_weights,
+        teacher=config.teacher.solver,
     )
-    reference = ReferenceSet(evaluation.reference, evaluation.reference_samples)
+    reference = ReferenceSet(
+        evaluation.reference, evaluation.reference_samples, config.teacher.solver
+    )
     with pool.running_evaluators(
         setup,
         evaluation.evaluators,
@@ -246,8 +243,10 @@ def evaluation_metrics(
         gpus=1 if resources.use_gpu else 0,
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
     ) as actors:
-        result = evaluate_fid(actors, setup, spec, checkpoint, evaluation.samples, reference)
-    return result.metrics(), result.params()
+        report = evaluate_samples(
+            actors, setup, spec, checkpoint, evaluation.samples, metrics, reference
+        )
+    return report.metrics(), report.params()
 
 
 def evaluate_task(config: SweepConfig) -> Any:

@@ -1,12 +1,16 @@
-"""One evaluator: a backbone and a detector loaded once, turning seed shards into FID moments.
+"""One evaluator: a backbone and its metric networks loaded once, turning seed shards into
+mergeable metric states.
 
 A plain class so it runs in-process as well as as a Ray actor (`pool.py` wraps it). Samples of a
 shard are generated from the seeds' own noise (`seed_noise`), so a seed gives the same sample
-whichever actor draws it, and merged moments do not depend on how seeds were split.
+whichever actor draws it, and merged states do not depend on how seeds were split. The detector
+and the LPIPS network load on first use: an evaluation loads only what its metrics need.
 """
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +19,16 @@ from torch import Tensor
 
 from spanlift.backbones import load_backbone
 from spanlift.platform.compare import load_solver
-from spanlift.platform.evaluation.detectors import load_detector
+from spanlift.platform.evaluation.detectors import Detector, load_detector
 from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
+from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
+from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
+from spanlift.platform.evaluation.states import MeanState, merge_states
 from spanlift.platform.fit import rollout
-from spanlift.platform.teacher import seed_noise
+from spanlift.platform.teacher import DEFAULT_TEACHER, seed_noise
 from spanlift.solvers import SolverSpec
+
+SAMPLE_METRICS = ("fid", "lpips", "image_reward")  # computed from solver samples, by shard
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,9 @@ class EvaluatorSetup:
     detector_weights: Path | None = None
     threads: int | None = None
     batch_size: int = 256
+    lpips_weights: Path | None = None  # AlexNet; None: torch's hub cache
+    teacher: SolverSpec = DEFAULT_TEACHER  # LPIPS compares with its samples from the same seeds
+    image_reward_weights: Path | None = None  # folder of ImageReward.pt, med_config.json
 
 
 class Evaluator:
@@ -42,31 +54,79 @@ class Evaluator:
         self.setup = setup
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.backbone = load_backbone(setup.backbone, **setup.backbone_options).to(self.device)
-        detector = load_detector(setup.detector, setup.cache_dir, setup.detector_weights)
-        self.detector = detector.to(self.device)
+
+    @cached_property
+    def detector(self) -> Detector:
+        setup = self.setup
+        return load_detector(setup.detector, setup.cache_dir, setup.detector_weights).to(
+            self.device
+        )
+
+    @cached_property
+    def lpips(self) -> torch.nn.Module:
+        return load_lpips(alexnet_weights(self.setup.lpips_weights)).to(self.device)
+
+    @cached_property
+    def image_reward(self) -> torch.nn.Module:
+        return load_image_reward(self.setup.image_reward_weights, self.device)
 
     def identity(self) -> str:
         return self.detector.identity
 
+    def device_name(self) -> str:
+        """The device samples are drawn on, as timings should be read: GPU model or CPU threads."""
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return f"cpu ({torch.get_num_threads()} threads)"
+
     @torch.no_grad()
-    def solver_moments(
-        self, spec: SolverSpec, checkpoint: Path | None, seeds: Sequence[int]
-    ) -> FeatureMoments:
-        """Feature moments of the solver's samples from `seeds`."""
+    def solver_states(
+        self,
+        spec: SolverSpec,
+        checkpoint: Path | None,
+        seeds: Sequence[int],
+        metrics: Sequence[str] = ("fid",),
+    ) -> dict[str, Any]:
+        """States of the solver's samples from `seeds`: `fid` feature moments, `lpips` summed
+        distance to the teacher's samples from the same seeds, `image_reward` summed reward for
+        the seeds' prompts, and always `sampling`: seconds spent in the solver (model
+        evaluations included) and the number of samples."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
+        teacher = load_solver(self.setup.teacher, None, self.backbone).to(self.device)
         parts = []
         for start in range(0, len(seeds), self.setup.batch_size):
             batch = seeds[start : start + self.setup.batch_size]
             noise = seed_noise(batch, self.backbone.shape).to(self.device)
-            samples = self.backbone.decode(rollout(solver, self.backbone, noise))
-            parts.append(FeatureMoments.of(self.detector.features(samples)))
-        return merge_all(parts)
+            seconds, endpoints = self.timed_rollout(solver, noise)
+            # Clipped as the EDM protocol clips (x·127.5 + 128 into [0, 255]; clamping first changes
+            # no pixel): a poor solver's overshoot is a bad sample, not images of the wrong range.
+            samples = self.backbone.decode(endpoints).clamp(-1, 1)
+            part: dict[str, Any] = {"sampling": MeanState(seconds, len(batch))}
+            if "fid" in metrics:
+                part["fid"] = FeatureMoments.of(self.detector.features(samples))
+            if "lpips" in metrics:
+                reference = self.backbone.decode(rollout(teacher, self.backbone, noise))
+                part["lpips"] = lpips_state(self.lpips, samples, reference)
+            if "image_reward" in metrics:
+                prompts = self.backbone.prompts(batch)
+                part["image_reward"] = image_reward_state(self.image_reward, samples, prompts)
+            parts.append(part)
+        return merge_states(parts)
+
+    def timed_rollout(self, solver: torch.nn.Module, noise: Tensor) -> tuple[float, Tensor]:
+        """Wall seconds of one batched rollout on this evaluator's device, and its endpoints."""
+        synchronize = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
+        synchronize()
+        start = time.perf_counter()
+        endpoints = rollout(solver, self.backbone, noise)
+        synchronize()
+        return time.perf_counter() - start, endpoints
 
     @torch.no_grad()
-    def image_moments(self, images: Tensor) -> FeatureMoments:
-        """Feature moments of given [-1, 1] images (a dataset shard)."""
+    def image_moments(self, images: Tensor) -> dict[str, FeatureMoments]:
+        """`fid` feature moments of given [-1, 1] images (a dataset shard)."""
         parts = [
             FeatureMoments.of(self.detector.features(batch.to(self.device)))
             for batch in images.split(self.setup.batch_size)
         ]
-        return merge_all(parts)
+        return {"fid": merge_all(parts)}

@@ -1,4 +1,4 @@
-"""FID of a solver on evaluator actors: reference statistics (cached), solver moments, distance.
+"""FID's reference statistics (cached) and result; `sample_metrics.py` computes the solver's side.
 
     FID = ‖μ_s − μ_r‖² + tr(Σ_s + Σ_r − 2 (Σ_s Σ_r)^{1/2})
 
@@ -7,24 +7,19 @@ dataset, or teacher samples from seeds disjoint from the evaluated ones.
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import ray
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
+from spanlift.platform.evaluation.frechet import FeatureMoments
 from spanlift.platform.evaluation.reference import (
-    FID_FIRST_SEED,
     ReferenceSet,
     load_reference,
     reference_path,
     save_reference,
 )
-from spanlift.solvers import SolverSpec
 
 
 @dataclass(frozen=True)
@@ -55,27 +50,9 @@ def reference_moments(
             raise SettingsError(
                 f"reference: backbone {setup.backbone!r} ships no dataset; use reference teacher"
             )
-        moments = pool.image_moments(actors, images, "reference: dataset")
+        moments = pool.image_moments(actors, images, "reference: dataset")["fid"]
     else:
-        seeds = reference.seeds()
-        moments = pool.solver_moments(actors, reference.teacher, None, seeds, "reference: teacher")
+        seeds, desc = reference.seeds(), "reference: teacher"
+        moments = pool.solver_states(actors, reference.teacher, None, seeds, ("fid",), desc)["fid"]
     save_reference(path, moments, detector)
     return moments
-
-
-def evaluate_fid(
-    actors: list,
-    setup: EvaluatorSetup,
-    spec: SolverSpec,
-    checkpoint: Path | None,
-    samples: int,
-    reference: ReferenceSet,
-) -> FidResult:
-    """FID of `samples` samples of the solver (seeds from FID_FIRST_SEED) against the reference."""
-
-    detector = ray.get(actors[0].identity.remote())
-    ref = reference_moments(actors, setup, reference, detector)
-    label = f"{spec.label()} nfe={spec.nfe}"
-    seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + samples))
-    moments = pool.solver_moments(actors, spec, checkpoint, seeds, label)
-    return FidResult(frechet_distance(moments, ref), samples, detector, reference.describe())

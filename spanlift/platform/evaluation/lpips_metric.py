@@ -4,25 +4,27 @@ The `lpips` package ships its calibration layers; its AlexNet backbone is torchv
 weights (`alexnet-owt-7be5be79.pth`), which torchvision would download. Offline, they come from
 torch's hub cache (`$TORCH_HOME/hub/checkpoints/`) or from a path the user gives. Without them
 LPIPS is unavailable, with the reason: it is never computed on a randomly initialised backbone.
+
+AlexNet's stride-4 stem leaves almost nothing of small images (16×16 digits), so images under
+`MIN_SIZE` pixels are upsampled bilinearly to it first; both sides of a pair get the same resize.
 """
 
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import lpips
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from spanlift.errors import CheckpointError
+from spanlift.errors import CheckpointError, MetricUnavailable
+from spanlift.platform.checksums import file_sha256
 from spanlift.platform.evaluation.images import check_samples
+from spanlift.platform.evaluation.states import MeanState
 
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"
 ALEXNET_CONVS = 5
-
-
-class MetricUnavailable(Exception):
-    """A metric that cannot be computed here; the message says why and how to enable it."""
+MIN_SIZE = 64
 
 
 def alexnet_weights(path: Path | None = None) -> Path:
@@ -34,6 +36,11 @@ def alexnet_weights(path: Path | None = None) -> Path:
             f"{ALEXNET_FILE} there or pass its path"
         )
     return candidate
+
+
+def lpips_identity(weights: Path) -> str:
+    """`alexnet:<sha256[:12]>` of the weights file: what an LPIPS value was measured with."""
+    return f"alexnet:{file_sha256(weights)[:12]}"
 
 
 def load_lpips(weights: Path) -> lpips.LPIPS:
@@ -71,29 +78,21 @@ def load_lpips(weights: Path) -> lpips.LPIPS:
     return model.eval().requires_grad_(False)
 
 
-def as_rgb(images: Tensor) -> Tensor:
+def lpips_input(images: Tensor) -> Tensor:
+    """[-1, 1] samples as LPIPS takes them: clipped, three channels, at least MIN_SIZE pixels."""
     check_samples(images)
     images = images.clamp(-1, 1)
-    return images.expand(-1, 3, -1, -1) if images.shape[1] == 1 else images
-
-
-@dataclass(frozen=True)
-class MeanState:
-    """A mergeable average: sum and count."""
-
-    total: float = 0.0
-    count: int = 0
-
-    def merge(self, other: "MeanState") -> "MeanState":
-        return MeanState(self.total + other.total, self.count + other.count)
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.count
+    images = images.expand(-1, 3, -1, -1) if images.shape[1] == 1 else images
+    height, width = images.shape[-2:]
+    if min(height, width) < MIN_SIZE:
+        scale = MIN_SIZE / min(height, width)
+        size = (round(height * scale), round(width * scale))
+        images = F.interpolate(images, size=size, mode="bilinear", align_corners=False)
+    return images
 
 
 @torch.no_grad()
 def lpips_state(model: lpips.LPIPS, samples: Tensor, teacher: Tensor) -> MeanState:
     """Summed LPIPS of each sample against the teacher's sample from the same seed."""
-    distances = model(as_rgb(samples), as_rgb(teacher)).flatten()
+    distances = model(lpips_input(samples), lpips_input(teacher)).flatten()
     return MeanState(float(distances.double().sum()), len(distances))

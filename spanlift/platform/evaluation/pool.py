@@ -1,8 +1,8 @@
 """Evaluator actors on Ray: shards scored in parallel, feature moments reduced on the driver.
 
 Each actor loads the backbone and the detector once (`Evaluator`), is pinned to its share of CPU
-threads, and takes shards from an `ActorPool` until none are left; the driver merges what comes
-back, so FID is the same for 1 or N actors.
+threads, and takes shards from an `ActorPool` until none are left; the driver merges the metric
+states that come back (`states.py`), so every metric is the same for 1 or N actors.
 """
 
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from spanlift.errors import SpanliftError
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
+from spanlift.platform.evaluation.states import merge_states
 from spanlift.solvers import SolverSpec
 
 SHARDS_PER_ACTOR = 4
@@ -46,24 +46,29 @@ def running_evaluators(
 
 def reduce_shards(
     actors: list, call: Callable[[Any, Any], Any], shards: Sequence[Any], total: int, desc: str
-) -> FeatureMoments:
-    """Run `call(actor, shard)` over all shards on the pool; merge the moments as they arrive."""
+) -> dict[str, Any]:
+    """Run `call(actor, shard)` over all shards on the pool; merge the states as they arrive."""
     parts = []
     with tqdm(total=total, desc=desc, unit="img") as bar:
         try:
-            for moments in ActorPool(actors).map_unordered(call, list(shards)):
-                parts.append(moments)
-                bar.update(moments.count)
+            for states in ActorPool(actors).map_unordered(call, list(shards)):
+                parts.append(states)
+                bar.update(next(iter(states.values())).count)  # every state counts the shard
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, SpanliftError):  # bad input seen by an actor: its message
                 raise exc.cause from None
             raise
-    return merge_all(parts)
+    return merge_states(parts)
 
 
-def solver_moments(
-    actors: list, spec: SolverSpec, checkpoint: Any, seeds: Sequence[int], desc: str
-) -> FeatureMoments:
+def solver_states(
+    actors: list,
+    spec: SolverSpec,
+    checkpoint: Any,
+    seeds: Sequence[int],
+    metrics: Sequence[str],
+    desc: str,
+) -> dict[str, Any]:
     shards = [
         part.tolist()
         for part in np.array_split(np.asarray(seeds), len(actors) * SHARDS_PER_ACTOR)
@@ -71,14 +76,14 @@ def solver_moments(
     ]
     return reduce_shards(
         actors,
-        lambda actor, shard: actor.solver_moments.remote(spec, checkpoint, shard),
+        lambda actor, shard: actor.solver_states.remote(spec, checkpoint, shard, metrics),
         shards,
         len(seeds),
         desc,
     )
 
 
-def image_moments(actors: list, images: Tensor, desc: str) -> FeatureMoments:
+def image_moments(actors: list, images: Tensor, desc: str) -> dict[str, Any]:
     shards = [part for part in images.tensor_split(len(actors) * SHARDS_PER_ACTOR) if len(part)]
     return reduce_shards(
         actors, lambda actor, shard: actor.image_moments.remote(shard), shards, len(images), desc

@@ -1,4 +1,5 @@
-"""`spanlift eval`: start Ray and the evaluator actors, compute the requested metrics, stop them."""
+"""`spanlift eval`: start Ray and the evaluator actors, compute the requested metrics, stop them,
+and record the result as the configuration's MLflow run (one run per evaluated configuration)."""
 
 import math
 import time
@@ -10,18 +11,34 @@ import ray
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
+from spanlift.platform.checksums import file_sha256
 from spanlift.platform.compare import load_solver
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.detectors import DETECTORS
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
-from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.fid import FidResult, evaluate_fid
+from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.reference import ReferenceSet
+from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
-from spanlift.solvers import SolverSpec
+from spanlift.platform.tracking import (
+    ConfigurationRuns,
+    configuration_key,
+    connect,
+    experiment_id,
+    solver_params,
+)
+from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.spanlift import SpanLift
 
-METRICS = ("fid", "diagnostics")
+METRICS = (*SAMPLE_METRICS, "latency", "diagnostics")  # latency: sampling timed, nothing scored
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """Where `spanlift eval` records its run; None in EvalRequest: not recorded."""
+
+    uri: str
+    experiment: str
 
 
 @dataclass(frozen=True)
@@ -33,13 +50,16 @@ class EvalRequest:
     samples: int
     evaluators: int
     reference: ReferenceSet
+    tracking: Tracking | None = None
 
 
 def check_request(request: EvalRequest) -> None:
     """Reject bad input before Ray starts: unknown metrics, counts, the solver itself."""
     unknown = [m for m in request.metrics if m not in METRICS]
-    if unknown:
-        raise SettingsError(f"--metrics: unknown {', '.join(unknown)}; expected some of {METRICS}")
+    if unknown or not request.metrics:
+        raise SettingsError(
+            f"--metrics: unknown {', '.join(unknown) or 'empty list'}; expected some of {METRICS}"
+        )
     if request.samples < 2:
         raise SettingsError(f"--samples: expected at least 2, got {request.samples}")
     if request.evaluators < 1:
@@ -55,25 +75,37 @@ def check_request(request: EvalRequest) -> None:
         raise SettingsError(f"--metrics diagnostics: needs a SpanLift solver, got {solver.name}")
 
 
+def solver_spec(request: EvalRequest) -> SolverSpec:
+    """The spec that is evaluated: the checkpoint's own when one is given."""
+    if request.checkpoint is None:
+        return request.spec
+    return SolverSpec.from_dict(read_checkpoint(request.checkpoint)["spec"])
+
+
 @dataclass
 class EvalReport:
-    fid: FidResult | None = None
+    samples: SampleReport | None = None
     diagnostics: pd.DataFrame | None = None
     files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    run_id: str = ""
 
 
 def run_eval(
     request: EvalRequest, workdir: Path, address: str | None = None, num_cpus: int | None = None
 ) -> EvalReport:
-    """The requested metrics of one solver: FID on evaluator actors, diagnostics in-process."""
+    """The requested metrics of one solver: sample metrics on evaluator actors, diagnostics
+    in-process; then the MLflow run when `request.tracking` is set."""
     check_request(request)
+    runs = open_tracking(request.tracking)
     start, report = time.perf_counter(), EvalReport()
     if "diagnostics" in request.metrics:
         report.diagnostics, report.files = solver_diagnostics(request, workdir / "eval")
-    if "fid" in request.metrics:
-        report.fid = fid_on_actors(request, workdir, address, num_cpus)
+    if any(m in request.metrics for m in (*SAMPLE_METRICS, "latency")):
+        report.samples = samples_on_actors(request, workdir, address, num_cpus)
     report.seconds = time.perf_counter() - start
+    if runs is not None:
+        report.run_id = record_run(runs, request, report)
     return report
 
 
@@ -84,14 +116,52 @@ def solver_diagnostics(request: EvalRequest, folder: Path) -> tuple[pd.DataFrame
     return write_diagnostics(solver, backbone, folder, f"{request.spec.label()}-nfe{solver.nfe}")
 
 
-def fid_on_actors(
+def samples_on_actors(
     request: EvalRequest, workdir: Path, address: str | None, num_cpus: int | None
-) -> FidResult:
+) -> SampleReport:
     start_ray(address, workdir, num_cpus)
     cpus = ray.available_resources().get("CPU", 1) / request.evaluators
     gpus = 1 if ray.available_resources().get("GPU", 0) >= request.evaluators else 0
     setup = replace(request.setup, threads=max(1, math.floor(cpus)))
+    metrics = tuple(m for m in request.metrics if m in SAMPLE_METRICS)
     with pool.running_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus) as actors:
-        return evaluate_fid(
-            actors, setup, request.spec, request.checkpoint, request.samples, request.reference
-        )
+        return evaluate_samples(
+            actors, setup, request.spec, request.checkpoint, request.samples, metrics,
+            request.reference,
+        )  # fmt: skip
+
+
+def open_tracking(tracking: Tracking | None) -> ConfigurationRuns | None:
+    """The experiment's runs, created if new; checked before any work so a bad URI fails fast."""
+    if tracking is None:
+        return None
+    experiment_id(connect(tracking.uri), tracking.experiment, create=True)
+    return ConfigurationRuns(tracking.uri, tracking.experiment)
+
+
+def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport) -> str:
+    """Log the evaluation as a new run of its configuration (key: solver, checkpoint, evaluation
+    settings), so repeated evaluations of one configuration sit side by side."""
+    spec, setup = solver_spec(request), request.setup
+    backbone = load_backbone(setup.backbone, **setup.backbone_options)
+    nfe = load_solver(request.spec, request.checkpoint, backbone).nfe
+    checkpoint = file_sha256(request.checkpoint)[:12] if request.checkpoint else ""
+    key = configuration_key(
+        {
+            "backbone": [setup.backbone, setup.backbone_options],
+            "solver": [spec.name, spec.nfe, spec.schedule, spec.key()],
+            "checkpoint": checkpoint,
+            "eval": [request.samples, setup.detector, request.reference.describe()],
+            "teacher": [setup.teacher.name, setup.teacher.nfe, setup.teacher.key()],
+        }
+    )
+    params = {**solver_params(setup.backbone, spec, nfe), "checkpoint.sha256": checkpoint}
+    run_id = runs.create(key, spec.label(), params, {"spanlift.command": "eval"})
+    samples = report.samples
+    runs.finish(
+        run_id,
+        {**(samples.metrics() if samples else {}), "eval_seconds": report.seconds},
+        [*report.files, *([request.checkpoint] if request.checkpoint else [])],
+        samples.params() if samples else {},
+    )
+    return run_id

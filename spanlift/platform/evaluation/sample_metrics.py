@@ -1,0 +1,144 @@
+"""A solver's sample metrics on evaluator actors, from one pass over its samples.
+
+Each actor samples its shards of seeds once and computes every requested metric on those samples;
+the driver merges the states and turns them into
+
+    fid                     ‖μ_s − μ_r‖² + tr(Σ_s + Σ_r − 2 (Σ_s Σ_r)^{1/2})  (reference cached)
+    lpips                   (1/N) Σ_n d(x_n, x_n^teacher), the teacher sampling the same seed n
+    image_reward            (1/N) Σ_n r(x_n, prompt_n), prompt-conditioned backbones only
+    latency_ms_per_image    1000 · Σ sampling seconds / N   (per actor, batches of `batch_size`)
+    throughput_images_per_s N / wall seconds of the whole pass over all actors
+
+A metric that cannot be computed here (LPIPS without AlexNet weights, ImageReward without its
+files or on a backbone without prompts) is left out and reported unavailable with the reason, in
+the report and as an `<metric>.unavailable` param.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from spanlift.backbones import load_backbone
+from spanlift.errors import MetricUnavailable
+from spanlift.platform.checksums import file_sha256
+from spanlift.platform.evaluation import pool
+from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.fid import FidResult, reference_moments
+from spanlift.platform.evaluation.frechet import frechet_distance
+from spanlift.platform.evaluation.image_reward import check_package, image_reward_files
+from spanlift.platform.evaluation.lpips_metric import alexnet_weights, lpips_identity
+from spanlift.platform.evaluation.reference import FID_FIRST_SEED, ReferenceSet
+from spanlift.solvers import SolverSpec
+
+
+@dataclass(frozen=True)
+class SampleReport:
+    samples: int
+    device: str
+    latency_ms_per_image: float
+    throughput_images_per_s: float
+    fid: FidResult | None = None
+    means: dict[str, float] = field(default_factory=dict)  # lpips, image_reward
+    measures: dict[str, str] = field(default_factory=dict)  # what each mean was measured with
+    unavailable: dict[str, str] = field(default_factory=dict)  # metric → reason
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "latency_ms_per_image": self.latency_ms_per_image,
+            "throughput_images_per_s": self.throughput_images_per_s,
+            **(self.fid.metrics() if self.fid else {}),
+            **self.means,
+        }
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "eval.samples": self.samples,
+            "eval.device": self.device,
+            **(self.fid.params() if self.fid else {}),
+            **self.measures,
+            **{f"{name}.unavailable": reason for name, reason in self.unavailable.items()},
+        }
+
+
+def lpips_measure(setup: EvaluatorSetup) -> dict[str, str]:
+    """What LPIPS values are relative to, for the leaderboard; MetricUnavailable without weights."""
+    teacher = setup.teacher
+    return {
+        "lpips.detector": lpips_identity(alexnet_weights(setup.lpips_weights)),
+        "lpips.reference": f"teacher {teacher.label()} nfe={teacher.nfe}, same seeds",
+    }
+
+
+def image_reward_measure(setup: EvaluatorSetup) -> dict[str, str]:
+    """The checkpoint ImageReward scores with; MetricUnavailable without prompts, files, package."""
+    backbone = load_backbone(setup.backbone, **setup.backbone_options)
+    if backbone.prompts([0]) is None:
+        raise MetricUnavailable(
+            f"ImageReward unavailable: backbone {setup.backbone!r} has no prompts "
+            "(ImageReward scores prompt-conditioned backbones)"
+        )
+    checkpoint, _ = image_reward_files(setup.image_reward_weights)
+    check_package()
+    return {"image_reward.detector": f"imagereward:{file_sha256(checkpoint)[:12]}"}
+
+
+MEASURES = {"lpips": lpips_measure, "image_reward": image_reward_measure}
+
+
+def measures_of(
+    metrics: tuple[str, ...], setup: EvaluatorSetup
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(params describing each available metric, {metric: reason} of the unavailable ones)."""
+    measures, unavailable = {}, {}
+    for name in metrics:
+        if name in MEASURES:
+            try:
+                measures.update(MEASURES[name](setup))
+            except MetricUnavailable as exc:
+                unavailable[name] = str(exc)
+    return measures, unavailable
+
+
+def evaluate_samples(
+    actors: list,
+    setup: EvaluatorSetup,
+    spec: SolverSpec,
+    checkpoint: Path | None,
+    samples: int,
+    metrics: tuple[str, ...],
+    reference: ReferenceSet,
+) -> SampleReport:
+    """`metrics` (of SAMPLE_METRICS) of `samples` samples of the solver, seeds from FID_FIRST_SEED,
+    with the latency and throughput of the sampling itself."""
+    measures, unavailable = measures_of(metrics, setup)
+    wanted = tuple(m for m in metrics if m not in unavailable)
+    ref = None
+    if "fid" in wanted:
+        detector = ray.get(actors[0].identity.remote())
+        ref = reference_moments(actors, setup, reference, detector)
+    seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + samples))
+    start = time.perf_counter()
+    states = pool.solver_states(actors, spec, checkpoint, seeds, wanted, label(spec))
+    wall = time.perf_counter() - start
+    fid = None
+    if ref is not None:
+        fid = FidResult(
+            frechet_distance(states["fid"], ref), samples, detector, reference.describe()
+        )
+    return SampleReport(
+        samples=samples,
+        device=ray.get(actors[0].device_name.remote()),
+        latency_ms_per_image=1000 * states["sampling"].mean,
+        throughput_images_per_s=samples / wall,
+        fid=fid,
+        means={name: states[name].mean for name in MEASURES if name in states},
+        measures=measures,
+        unavailable=unavailable,
+    )
+
+
+def label(spec: SolverSpec) -> str:
+    return f"{spec.label()} nfe={spec.nfe}"
