@@ -16,15 +16,15 @@ from torchvision import transforms
 
 from spanlift.backbones.gmm import GaussianMixture
 from spanlift.errors import MetricUnavailable
-from spanlift.platform.evaluation import image_reward, sample_metrics
-from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation import evaluator, image_reward, sample_metrics
+from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 
 ROOT = Path(__file__).parent.parent
 
 
 def test_backbone_without_prompts_is_reported_unavailable(tmp_path: Path) -> None:
     setup = EvaluatorSetup("digits", "digits", tmp_path)
-    measures, unavailable = sample_metrics.measures_of(("image_reward",), setup)
+    measures, unavailable = sample_metrics.measures_of(("image_reward",), setup, prompted=False)
     assert measures == {}
     assert "backbone 'digits' has no prompts" in unavailable["image_reward"]
 
@@ -50,10 +50,16 @@ class PromptedGmm(GaussianMixture):
         return [f"a sample from seed {s}" for s in seeds]
 
 
-def test_prompted_backbone_gets_as_far_as_the_files(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(sample_metrics, "load_backbone", lambda name, **options: PromptedGmm())
+def test_evaluator_tells_a_prompted_backbone_from_one_without(tmp_path: Path, monkeypatch) -> None:
+    setup = EvaluatorSetup("gmm", "digits", tmp_path)
+    assert not Evaluator(setup).prompted()
+    monkeypatch.setattr(evaluator, "load_backbone", lambda name, **options: PromptedGmm())
+    assert Evaluator(setup).prompted()
+
+
+def test_prompted_backbone_gets_as_far_as_the_files(tmp_path: Path) -> None:
     setup = EvaluatorSetup("gmm", "digits", tmp_path, image_reward_weights=tmp_path)
-    _, unavailable = sample_metrics.measures_of(("image_reward",), setup)
+    _, unavailable = sample_metrics.measures_of(("image_reward",), setup, prompted=True)
     assert "ImageReward.pt, med_config.json not found" in unavailable["image_reward"]
 
 

@@ -63,6 +63,11 @@ class Evaluator:
         )
 
     @cached_property
+    def teacher(self) -> torch.nn.Module:
+        """The solver whose samples LPIPS compares with."""
+        return load_solver(self.setup.teacher, None, self.backbone).to(self.device)
+
+    @cached_property
     def lpips(self) -> torch.nn.Module:
         return load_lpips(alexnet_weights(self.setup.lpips_weights)).to(self.device)
 
@@ -72,6 +77,10 @@ class Evaluator:
 
     def identity(self) -> str:
         return self.detector.identity
+
+    def prompted(self) -> bool:
+        """Whether the backbone gives its samples text prompts (ImageReward needs them)."""
+        return self.backbone.prompts([0]) is not None
 
     def device_name(self) -> str:
         """The device samples are drawn on, as timings should be read: GPU model or CPU threads."""
@@ -92,7 +101,6 @@ class Evaluator:
         the seeds' prompts, and always `sampling`: seconds spent in the solver (model
         evaluations included) and the number of samples."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
-        teacher = load_solver(self.setup.teacher, None, self.backbone).to(self.device)
         parts = []
         for start in range(0, len(seeds), self.setup.batch_size):
             batch = seeds[start : start + self.setup.batch_size]
@@ -105,7 +113,7 @@ class Evaluator:
             if "fid" in metrics:
                 part["fid"] = FeatureMoments.of(self.detector.features(samples))
             if "lpips" in metrics:
-                reference = self.backbone.decode(rollout(teacher, self.backbone, noise))
+                reference = self.backbone.decode(rollout(self.teacher, self.backbone, noise))
                 part["lpips"] = lpips_state(self.lpips, samples, reference)
             if "image_reward" in metrics:
                 prompts = self.backbone.prompts(batch)

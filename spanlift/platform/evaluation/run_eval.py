@@ -143,8 +143,6 @@ def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport
     """Log the evaluation as a new run of its configuration (key: solver, checkpoint, evaluation
     settings), so repeated evaluations of one configuration sit side by side."""
     spec, setup = solver_spec(request), request.setup
-    backbone = load_backbone(setup.backbone, **setup.backbone_options)
-    nfe = load_solver(request.spec, request.checkpoint, backbone).nfe
     checkpoint = file_sha256(request.checkpoint)[:12] if request.checkpoint else ""
     key = configuration_key(
         {
@@ -155,7 +153,7 @@ def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport
             "teacher": [setup.teacher.name, setup.teacher.nfe, setup.teacher.key()],
         }
     )
-    params = {**solver_params(setup.backbone, spec, nfe), "checkpoint.sha256": checkpoint}
+    params = {**solver_params(setup.backbone, spec, spec.nfe), "checkpoint.sha256": checkpoint}
     run_id = runs.create(key, spec.label(), params, {"spanlift.command": "eval"})
     samples = report.samples
     runs.finish(

@@ -21,7 +21,6 @@ from typing import Any
 
 import ray
 
-from spanlift.backbones import load_backbone
 from spanlift.errors import MetricUnavailable
 from spanlift.platform.checksums import file_sha256
 from spanlift.platform.evaluation import pool
@@ -63,7 +62,7 @@ class SampleReport:
         }
 
 
-def lpips_measure(setup: EvaluatorSetup) -> dict[str, str]:
+def lpips_measure(setup: EvaluatorSetup, prompted: bool) -> dict[str, str]:
     """What LPIPS values are relative to, for the leaderboard; MetricUnavailable without weights."""
     teacher = setup.teacher
     return {
@@ -72,10 +71,9 @@ def lpips_measure(setup: EvaluatorSetup) -> dict[str, str]:
     }
 
 
-def image_reward_measure(setup: EvaluatorSetup) -> dict[str, str]:
+def image_reward_measure(setup: EvaluatorSetup, prompted: bool) -> dict[str, str]:
     """The checkpoint ImageReward scores with; MetricUnavailable without prompts, files, package."""
-    backbone = load_backbone(setup.backbone, **setup.backbone_options)
-    if backbone.prompts([0]) is None:
+    if not prompted:
         raise MetricUnavailable(
             f"ImageReward unavailable: backbone {setup.backbone!r} has no prompts "
             "(ImageReward scores prompt-conditioned backbones)"
@@ -89,14 +87,15 @@ MEASURES = {"lpips": lpips_measure, "image_reward": image_reward_measure}
 
 
 def measures_of(
-    metrics: tuple[str, ...], setup: EvaluatorSetup
+    metrics: tuple[str, ...], setup: EvaluatorSetup, prompted: bool
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """(params describing each available metric, {metric: reason} of the unavailable ones)."""
+    """(params describing each available metric, {metric: reason} of the unavailable ones);
+    `prompted`: whether the backbone gives its samples text prompts."""
     measures, unavailable = {}, {}
     for name in metrics:
         if name in MEASURES:
             try:
-                measures.update(MEASURES[name](setup))
+                measures.update(MEASURES[name](setup, prompted))
             except MetricUnavailable as exc:
                 unavailable[name] = str(exc)
     return measures, unavailable
@@ -113,7 +112,8 @@ def evaluate_samples(
 ) -> SampleReport:
     """`metrics` (of SAMPLE_METRICS) of `samples` samples of the solver, seeds from FID_FIRST_SEED,
     with the latency and throughput of the sampling itself."""
-    measures, unavailable = measures_of(metrics, setup)
+    prompted = "image_reward" in metrics and ray.get(actors[0].prompted.remote())
+    measures, unavailable = measures_of(metrics, setup, prompted)
     wanted = tuple(m for m in metrics if m not in unavailable)
     ref = None
     if "fid" in wanted:
