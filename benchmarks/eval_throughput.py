@@ -21,14 +21,14 @@ import torch
 from solver_quality import SOLVERS  # the same solvers, labels and settings
 
 from spanlift.backbones import load_backbone
-from spanlift.platform.compare import compare
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
-from spanlift.platform.fit import FitSettings
+from spanlift.platform.fitting.compare import compare
+from spanlift.platform.fitting.fit import FitSettings
+from spanlift.platform.fitting.teacher import load_or_generate
 from spanlift.platform.ray_runtime import start_ray
-from spanlift.platform.teacher import load_or_generate
 from spanlift.solvers import SolverSpec
 
 

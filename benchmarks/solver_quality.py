@@ -12,9 +12,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from spanlift.backbones import load_backbone
-from spanlift.platform.compare import compare
-from spanlift.platform.fit import FitSettings
-from spanlift.platform.teacher import load_or_generate
+from spanlift.platform.fitting.compare import compare
+from spanlift.platform.fitting.fit import FitSettings
+from spanlift.platform.fitting.teacher import load_or_generate
 from spanlift.solvers import SolverSpec
 
 SOLVERS = [

@@ -11,7 +11,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from spanlift.platform.sweep import run_sweep
+from spanlift.platform.sweep.driver import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

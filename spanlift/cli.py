@@ -55,7 +55,7 @@ def cmd_backbones(args: argparse.Namespace) -> None:
 
 
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
-    from spanlift.platform.teacher import load_or_generate
+    from spanlift.platform.fitting.teacher import load_or_generate
 
     train = load_or_generate(args.cache, backbone, range(args.train_samples))
     test_seeds = range(10**9, 10**9 + args.test_samples)  # disjoint from training seeds
@@ -63,7 +63,7 @@ def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
 
 
 def fit_settings(args: argparse.Namespace) -> Any:
-    from spanlift.platform.fit import FitSettings
+    from spanlift.platform.fitting.fit import FitSettings
 
     if args.train_samples < 1 or args.test_samples < 1:
         raise SettingsError(
@@ -80,8 +80,9 @@ def fit_settings(args: argparse.Namespace) -> Any:
 
 def cmd_fit(args: argparse.Namespace) -> None:
     from spanlift.backbones import load_backbone
-    from spanlift.platform.compare import build, compare, format_table
+    from spanlift.platform.fitting.compare import compare, format_table
     from spanlift.solvers import SolverSpec
+    from spanlift.solvers.loading import build
 
     spec = SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set))
     settings = fit_settings(args)
@@ -107,7 +108,7 @@ DEMO_SOLVERS = [
 
 def cmd_demo(args: argparse.Namespace) -> None:
     from spanlift.backbones import load_backbone
-    from spanlift.platform.compare import compare, format_table
+    from spanlift.platform.fitting.compare import compare, format_table
     from spanlift.solvers import SolverSpec
 
     settings = fit_settings(args)
@@ -129,7 +130,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
-    from spanlift.platform.sweep import run_sweep
+    from spanlift.platform.sweep.driver import run_sweep
 
     if args.resume and args.restart:
         raise SettingsError("--resume and --restart exclude each other")
@@ -156,8 +157,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:
-    from spanlift.platform import leaderboard as board
-    from spanlift.platform.tracking import absolute_uri, connect
+    from spanlift.platform.tracking import leaderboard as board
+    from spanlift.platform.tracking.runs import absolute_uri, connect
 
     client = connect(absolute_uri(args.tracking_uri))
     mode = args.mode or board.default_mode(args.metric)
@@ -183,7 +184,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
     from spanlift.platform.evaluation.reference import ReferenceSet
     from spanlift.platform.evaluation.run_eval import EvalRequest, Tracking, run_eval
-    from spanlift.platform.tracking import absolute_uri
+    from spanlift.platform.tracking.runs import absolute_uri
     from spanlift.solvers import SolverSpec
 
     detector = args.detector or load_backbone(args.backbone).fid_detector

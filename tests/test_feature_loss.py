@@ -6,9 +6,9 @@ import torch
 
 from spanlift.backbones import load_backbone
 from spanlift.platform.evaluation.detectors import load_detector
-from spanlift.platform.fit import FitSettings, fit, rollout
-from spanlift.platform.losses import LOSSES
-from spanlift.platform.teacher import generate_teacher
+from spanlift.platform.fitting.fit import FitSettings, fit, rollout
+from spanlift.platform.fitting.losses import LOSSES
+from spanlift.platform.fitting.teacher import generate_teacher
 from spanlift.solvers import SolverSpec, build_solver
 
 

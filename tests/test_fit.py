@@ -8,9 +8,10 @@ import torch
 
 from spanlift.backbones.gmm import GaussianMixture
 from spanlift.errors import SettingsError, TrainingDivergedError, UnknownNameError
-from spanlift.platform.compare import compare, fit_spec, load_solver
-from spanlift.platform.fit import FitSettings, endpoint_rmse, fit, warmup_cosine
+from spanlift.platform.fitting.compare import compare, fit_spec
+from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, fit, warmup_cosine
 from spanlift.solvers import SolverSpec, build_solver
+from spanlift.solvers.loading import load_solver
 
 
 def build(gmm, name, nfe=3, **settings):

@@ -4,9 +4,14 @@ import pytest
 import torch
 
 from spanlift.errors import CacheError, CheckpointError
-from spanlift.platform import teacher as teacher_module
-from spanlift.platform.fit import FitSettings, fit
-from spanlift.platform.teacher import DEFAULT_TEACHER, load_or_generate, seed_noise, teacher_key
+from spanlift.platform.fitting import teacher as teacher_module
+from spanlift.platform.fitting.fit import FitSettings, fit
+from spanlift.platform.fitting.teacher import (
+    DEFAULT_TEACHER,
+    load_or_generate,
+    seed_noise,
+    teacher_key,
+)
 from spanlift.solvers import SolverSpec, build_solver, read_checkpoint, save_solver
 from spanlift.solvers.checkpoint import load_solver_state
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from spanlift.platform.tracking import FAILURE_TAG
+from spanlift.platform.tracking.runs import FAILURE_TAG
 
 ROOT = Path(__file__).parent.parent
 GMM_SMOKE = ROOT / "sweeps" / "gmm_smoke.yaml"

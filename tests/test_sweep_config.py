@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spanlift.platform.sweep_config import SweepConfigError, load_sweep, parse_sweep
+from spanlift.platform.sweep.config import SweepConfigError, load_sweep, parse_sweep
 
 SWEEPS = Path(__file__).parent.parent / "sweeps"
 

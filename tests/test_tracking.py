@@ -7,14 +7,14 @@ import pandas as pd
 import pytest
 
 from spanlift.errors import SettingsError
-from spanlift.platform.leaderboard import (
+from spanlift.platform.tracking.leaderboard import (
     format_leaderboard,
     leaderboard,
     plot_leaderboard,
     rank,
     write_csv,
 )
-from spanlift.platform.tracking import ConfigurationRuns, absolute_uri, connect, experiment_id
+from spanlift.platform.tracking.runs import ConfigurationRuns, absolute_uri, connect, experiment_id
 
 
 @pytest.fixture

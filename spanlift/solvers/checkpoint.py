@@ -1,28 +1,20 @@
 """Solver checkpoints: the spec and the parameters, written atomically, read with weights_only=True."""
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from spanlift.errors import CheckpointError
+from spanlift.files import atomic_write
 
 FORMAT = "spanlift-solver/1"
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    """Write to a temporary file beside `path`, then rename: never a partial file at `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """`torch.save` through a temporary file: never a partial file at `path`."""
+    with atomic_write(path) as partial:
+        torch.save(obj, partial)
 
 
 def save_solver(

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 
-from spanlift.platform.checksums import file_sha256
+from spanlift.files import file_sha256
 from spanlift.platform.evaluation import digits_detector, inception
 from spanlift.platform.evaluation.images import to_uint8_rgb
 from spanlift.registry import Registry

@@ -21,7 +21,7 @@ from torch import Tensor
 from spanlift.backbones import Backbone
 from spanlift.errors import SettingsError
 from spanlift.platform.evaluation.reference import FID_FIRST_SEED
-from spanlift.platform.teacher import seed_noise
+from spanlift.platform.fitting.teacher import seed_noise
 from spanlift.solvers.spanlift import SpanLift
 
 BUFFER = 3

@@ -18,15 +18,15 @@ import torch
 from torch import Tensor
 
 from spanlift.backbones import load_backbone
-from spanlift.platform.compare import load_solver
 from spanlift.platform.evaluation.detectors import Detector, load_detector
 from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
 from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
 from spanlift.platform.evaluation.states import MeanState, merge_states
-from spanlift.platform.fit import rollout
-from spanlift.platform.teacher import DEFAULT_TEACHER, seed_noise
+from spanlift.platform.fitting.fit import rollout
+from spanlift.platform.fitting.teacher import DEFAULT_TEACHER, seed_noise
 from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import load_solver
 
 SAMPLE_METRICS = ("fid", "lpips", "image_reward")  # computed from solver samples, by shard
 

@@ -12,7 +12,6 @@ cached under the SHA-256 of the TorchScript it came from.
 """
 
 import importlib.util
-import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -23,7 +22,7 @@ from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorIncepti
 from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x
 
 from spanlift.errors import CheckpointError
-from spanlift.platform.checksums import file_sha256
+from spanlift.files import atomic_write, file_sha256
 
 DETECTOR = "inception-v3-compat"
 FEATURE = "2048"
@@ -110,10 +109,8 @@ def inception_weights(cache_dir: Path, source: Path | None = None) -> Path:
     source = source or torchscript_path()
     target = Path(cache_dir) / f"inception-edm-{file_sha256(source)[:16]}.pth"
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".partial-{os.getpid()}")
-        torch.save(convert(source), partial)
-        os.replace(partial, target)  # atomic: never a half-written weights file
+        with atomic_write(target) as partial:  # never a half-written weights file
+            torch.save(convert(source), partial)
     return target
 
 

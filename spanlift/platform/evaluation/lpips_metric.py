@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from spanlift.errors import CheckpointError, MetricUnavailable
-from spanlift.platform.checksums import file_sha256
+from spanlift.files import file_sha256
 from spanlift.platform.evaluation.images import check_samples
 from spanlift.platform.evaluation.states import MeanState
 

@@ -8,15 +8,15 @@ another detector is refused.
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from spanlift.errors import CacheError
+from spanlift.files import atomic_write
 from spanlift.platform.evaluation.frechet import FeatureMoments
-from spanlift.platform.teacher import DEFAULT_TEACHER
+from spanlift.platform.fitting.teacher import DEFAULT_TEACHER
 from spanlift.solvers import SolverSpec
 
 # Seed ranges: fits train on 0, 1, …; endpoint errors use 10⁹, …; FID samples 2·10⁹, …; teacher
@@ -52,16 +52,14 @@ def reference_path(cache_dir: Path, detector: str, backbone: str, reference: Ref
 
 def save_reference(path: Path, moments: FeatureMoments, detector: str) -> Path:
     """Write atomically: a crash never leaves a half-written statistics file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
-    np.savez(
-        partial,
-        count=moments.count,
-        total=moments.total,
-        outer=moments.outer,
-        detector=np.array(detector),
-    )
-    os.replace(partial, path)
+    with atomic_write(path) as partial:
+        np.savez(
+            partial,
+            count=moments.count,
+            total=moments.total,
+            outer=moments.outer,
+            detector=np.array(detector),
+        )
     return path
 
 

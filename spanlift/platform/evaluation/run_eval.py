@@ -11,8 +11,7 @@ import ray
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
-from spanlift.platform.checksums import file_sha256
-from spanlift.platform.compare import load_solver
+from spanlift.files import file_sha256
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.detectors import DETECTORS
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
@@ -20,7 +19,7 @@ from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetu
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
-from spanlift.platform.tracking import (
+from spanlift.platform.tracking.runs import (
     ConfigurationRuns,
     configuration_key,
     connect,
@@ -28,6 +27,7 @@ from spanlift.platform.tracking import (
     solver_params,
 )
 from spanlift.solvers import SolverSpec, read_checkpoint
+from spanlift.solvers.loading import load_solver
 from spanlift.solvers.spanlift import SpanLift
 
 METRICS = (*SAMPLE_METRICS, "latency", "diagnostics")  # latency: sampling timed, nothing scored

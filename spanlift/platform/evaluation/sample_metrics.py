@@ -22,7 +22,7 @@ from typing import Any
 import ray
 
 from spanlift.errors import MetricUnavailable
-from spanlift.platform.checksums import file_sha256
+from spanlift.files import file_sha256
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.fid import FidResult, reference_moments

@@ -14,8 +14,8 @@ import yaml
 
 from spanlift.backbones import BACKBONES
 from spanlift.errors import SettingsError, SpanliftError
-from spanlift.platform.fit import FitSettings
-from spanlift.platform.losses import LOSSES
+from spanlift.platform.fitting.fit import FitSettings
+from spanlift.platform.fitting.losses import LOSSES
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
 from spanlift.solvers.spec import check_settings, steps_for_nfe
 

@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from spanlift.backbones import Backbone
 from spanlift.errors import SettingsError, TrainingDivergedError
-from spanlift.platform.losses import LOSSES
-from spanlift.platform.teacher import TeacherSet
+from spanlift.platform.fitting.losses import LOSSES
+from spanlift.platform.fitting.teacher import TeacherSet
 from spanlift.solvers import Solver
 
 FitState = dict[str, Any]

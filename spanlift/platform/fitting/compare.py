@@ -11,10 +11,11 @@ from pathlib import Path
 import torch
 
 from spanlift.backbones import Backbone
-from spanlift.platform.fit import FitSettings, endpoint_rmse, fit, rollout
-from spanlift.platform.sample_grid import save_sample_grid
-from spanlift.platform.teacher import TeacherSet
-from spanlift.solvers import Solver, SolverSpec, build_solver, read_checkpoint, save_solver
+from spanlift.platform.evaluation.sample_grid import save_sample_grid
+from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, fit, rollout
+from spanlift.platform.fitting.teacher import TeacherSet
+from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
+from spanlift.solvers.loading import base_spec, build, is_learnable, needs_fitted_base
 
 GRID_COLUMNS = 8
 
@@ -27,46 +28,6 @@ class Row:
     fit_seconds: float
     ms_per_image: float
     checkpoint: str = ""
-
-
-def build(spec: SolverSpec, backbone: Backbone) -> Solver:
-    return build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
-
-
-def load_solver(spec: SolverSpec, checkpoint: Path | None, backbone: Backbone) -> Solver:
-    """The solver of `spec`, or the one saved in `checkpoint` (its spec and weights) when given."""
-    if checkpoint is None:
-        return build(spec, backbone)
-    state = read_checkpoint(checkpoint)
-    solver = build(SolverSpec.from_dict(state["spec"]), backbone)
-    solver.load_state_dict(state["state"])
-    return solver
-
-
-def is_learnable(solver: Solver) -> bool:
-    return any(p.requires_grad for p in solver.parameters())
-
-
-def base_spec(spec: SolverSpec) -> SolverSpec:
-    """The spec of a SpanLift's base solver."""
-    settings = spec.settings
-    return SolverSpec(
-        settings.get("base", "dyweight"),
-        spec.nfe,
-        spec.schedule,
-        dict(settings.get("base_settings") or {}),
-    )
-
-
-def needs_fitted_base(spec: SolverSpec, backbone: Backbone) -> bool:
-    settings = spec.settings
-    if (
-        spec.name != "spanlift"
-        or settings.get("base_checkpoint")
-        or not settings.get("freeze_base", True)
-    ):
-        return False
-    return is_learnable(build(base_spec(spec), backbone))
 
 
 def fit_spec(

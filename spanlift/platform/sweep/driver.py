@@ -24,10 +24,10 @@ from ray.tune.search.optuna import OptunaSearch
 
 from spanlift.errors import SettingsError
 from spanlift.platform.ray_runtime import TrialBundle, check_fits, start_ray
-from spanlift.platform.sweep_config import SweepConfig, load_sweep
-from spanlift.platform.sweep_teacher import prepare_teachers
-from spanlift.platform.tracking import absolute_uri, connect, experiment_id
-from spanlift.platform.trial import SweepContext, run_trial, trial_spec
+from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.teacher import prepare_teachers
+from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
+from spanlift.platform.tracking.runs import absolute_uri, connect, experiment_id
 
 TUNE_NAME = "tune"
 

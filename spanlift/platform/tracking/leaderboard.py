@@ -16,7 +16,7 @@ from matplotlib.ticker import FormatStrFormatter
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
-from spanlift.platform.tracking import experiment_id
+from spanlift.platform.tracking.runs import experiment_id
 
 HIGHER_IS_BETTER = {"image_reward", "hss", "csi", "csi4", "csi16"}
 

@@ -25,27 +25,21 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
-from spanlift.platform.compare import (
-    base_spec,
-    build,
-    is_learnable,
-    latency_ms,
-    load_solver,
-    needs_fitted_base,
-)
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.reference import ReferenceSet
+from spanlift.platform.evaluation.sample_grid import save_sample_grid
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
-from spanlift.platform.fit import endpoint_rmse, rollout
-from spanlift.platform.fit_worker import SOLVER_FILE, fit_loop_config, fit_worker
-from spanlift.platform.sample_grid import save_sample_grid
-from spanlift.platform.sweep_config import SweepConfig
-from spanlift.platform.sweep_teacher import SweepTeachers
-from spanlift.platform.teacher import read_teacher
-from spanlift.platform.tracking import ConfigurationRuns, configuration_key, solver_params
+from spanlift.platform.fitting.compare import latency_ms
+from spanlift.platform.fitting.fit import endpoint_rmse, rollout
+from spanlift.platform.fitting.teacher import read_teacher
+from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.teacher import SweepTeachers
+from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
+from spanlift.platform.tracking.runs import ConfigurationRuns, configuration_key, solver_params
 from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import base_spec, build, is_learnable, load_solver, needs_fitted_base
 
 GRID_IMAGES = 8
 

@@ -18,8 +18,8 @@ import torch
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
-from spanlift.platform.fit import FitSettings, FitState, fit
-from spanlift.platform.teacher import read_teacher
+from spanlift.platform.fitting.fit import FitSettings, FitState, fit
+from spanlift.platform.fitting.teacher import read_teacher
 from spanlift.solvers import SolverSpec, build_solver, save_solver
 
 STATE_FILE = "fit_state.pt"

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from spanlift.backbones import Backbone
 from spanlift.errors import CacheError
-from spanlift.platform.checksums import file_sha256
+from spanlift.files import file_sha256
 from spanlift.solvers import SolverSpec, build_solver
 
 FORMAT = "spanlift-teacher/1"

@@ -16,8 +16,7 @@ import torch
 from tqdm import tqdm
 
 from spanlift.backbones import Backbone, load_backbone
-from spanlift.platform.sweep_config import SweepConfig
-from spanlift.platform.teacher import (
+from spanlift.platform.fitting.teacher import (
     TeacherSet,
     cache_metadata,
     generate_teacher,
@@ -26,6 +25,7 @@ from spanlift.platform.teacher import (
     teacher_key,
     write_teacher,
 )
+from spanlift.platform.sweep.config import SweepConfig
 from spanlift.solvers import SolverSpec
 
 TEST_SEED_OFFSET = 10**9

@@ -1,0 +1,39 @@
+"""Files: content hashes (cache keys, weights identities, verification) and atomic writes."""
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextmanager
+def atomic_write(path: Path) -> Iterator[Path]:
+    """A temporary path beside `path` to write to; renamed to `path` when the block ends.
+
+        with atomic_write(target) as partial:
+            torch.save(obj, partial)
+
+    Readers never see a half-written file, and a failed write leaves nothing behind. The
+    temporary name keeps the suffix, so writers that add one (numpy) write where they are told.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

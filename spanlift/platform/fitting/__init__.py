@@ -1,0 +1,1 @@
+"""Fitting without Ray: the teacher cache, endpoint teacher matching, losses, comparison tables."""

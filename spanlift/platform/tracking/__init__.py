@@ -1,0 +1,1 @@
+"""Tracking: one MLflow run per evaluated configuration, and the leaderboard that queries them."""

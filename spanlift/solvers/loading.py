@@ -1,0 +1,61 @@
+"""Solvers for a backbone: built from a spec, loaded from a checkpoint, and their fitting needs.
+
+A backbone only lends its σ range and channel count here (`sigma_min`, `sigma_max`, `shape`), so
+this module needs no backbone import; fitting, sweeps and evaluators all build solvers through it.
+"""
+
+from pathlib import Path
+from typing import Protocol
+
+from spanlift.solvers.base import Solver
+from spanlift.solvers.checkpoint import read_checkpoint
+from spanlift.solvers.spec import SolverSpec, build_solver
+
+
+class SigmaRange(Protocol):
+    sigma_min: float
+    sigma_max: float
+    shape: tuple[int, ...]
+
+
+def build(spec: SolverSpec, backbone: SigmaRange) -> Solver:
+    """The solver of `spec` over the backbone's σ range and channels."""
+    return build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+
+
+def load_solver(spec: SolverSpec, checkpoint: Path | None, backbone: SigmaRange) -> Solver:
+    """The solver of `spec`, or the one saved in `checkpoint` (its spec and weights) when given."""
+    if checkpoint is None:
+        return build(spec, backbone)
+    state = read_checkpoint(checkpoint)
+    solver = build(SolverSpec.from_dict(state["spec"]), backbone)
+    solver.load_state_dict(state["state"])
+    return solver
+
+
+def is_learnable(solver: Solver) -> bool:
+    return any(p.requires_grad for p in solver.parameters())
+
+
+def base_spec(spec: SolverSpec) -> SolverSpec:
+    """The spec of a SpanLift's base solver."""
+    settings = spec.settings
+    return SolverSpec(
+        settings.get("base", "dyweight"),
+        spec.nfe,
+        spec.schedule,
+        dict(settings.get("base_settings") or {}),
+    )
+
+
+def needs_fitted_base(spec: SolverSpec, backbone: SigmaRange) -> bool:
+    """A SpanLift on a frozen learnable base (DyWeight) with no `base_checkpoint`: the paper's
+    two-stage fit, the base first."""
+    settings = spec.settings
+    if (
+        spec.name != "spanlift"
+        or settings.get("base_checkpoint")
+        or not settings.get("freeze_base", True)
+    ):
+        return False
+    return is_learnable(build(base_spec(spec), backbone))
