@@ -25,6 +25,7 @@ import yaml
 from spanlift.errors import SettingsError, SpanliftError
 
 DEFAULT_CACHE = Path(".spanlift") / "cache"
+TRACKING_DEFAULTS = "$MLFLOW_TRACKING_URI, else the sweep file's, else sqlite:///mlflow.db"
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
@@ -129,8 +130,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"samples (teacher first, same seeds per column): {grid}")
 
 
-def cmd_sweep(args: argparse.Namespace) -> None:
+EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+"""`spanlift sweep` exits 1 when a configuration failed, 130 (as after Ctrl-C) when interrupted
+with configurations left to run, so schedulers and CI notice."""
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
     from spanlift.platform.sweep.driver import run_sweep
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
 
     if args.resume and args.restart:
         raise SettingsError("--resume and --restart exclude each other")
@@ -142,25 +149,34 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         tracking_uri=args.tracking_uri,
         storage=args.storage,
         num_cpus=args.num_cpus,
+        reuse_across_versions=args.reuse_across_versions,
     )
     print(
-        f"\nsweep {summary.experiment}: {summary.finished}/{summary.trials} trials finished "
-        f"({summary.reused} taken from MLflow) in {summary.wall_seconds:.0f} s; "
-        f"teacher generations: {summary.teacher_generations}"
+        f"\nsweep {summary.experiment}: {summary.finished}/{summary.configurations} "
+        f"configurations finished ({summary.reused} taken from MLflow) in "
+        f"{summary.wall_seconds:.0f} s; teacher generations: {summary.teacher_generations}"
     )
     for failure in summary.failed:
         print(f"failed: {failure}")
+    if summary.remaining:
+        print(
+            f"interrupted: {summary.remaining} configurations remain; continue with:\n"
+            f"  spanlift sweep {args.file} --resume"
+        )
+        return EXIT_INTERRUPTED
+    default_uri = resolve_tracking_uri()  # where `spanlift leaderboard` looks by itself
+    if summary.best:
+        print("best: " + ", ".join(f"{k} {v}" for k, v in summary.best.items()))
     print(f"rank them: spanlift leaderboard --experiment {summary.experiment}", end="")
-    print(f" --tracking-uri {summary.tracking_uri}" if args.tracking_uri else "")
-    if summary.failed and not summary.finished:
-        raise SettingsError(f"every trial of {args.file} failed; see the reasons above")
+    print(f" --tracking-uri {summary.tracking_uri}" if summary.tracking_uri != default_uri else "")
+    return EXIT_FAILED if summary.failed else 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:
     from spanlift.platform.tracking import leaderboard as board
-    from spanlift.platform.tracking.runs import absolute_uri, connect
+    from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
 
-    client = connect(absolute_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri))
     mode = args.mode or board.default_mode(args.metric)
     entries = board.leaderboard(client, args.experiment, args.metric, mode)
     better = "lower" if mode == "min" else "higher"
@@ -184,7 +200,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
     from spanlift.platform.evaluation.reference import ReferenceSet
     from spanlift.platform.evaluation.run_eval import EvalRequest, Tracking, run_eval
-    from spanlift.platform.tracking.runs import absolute_uri
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
     from spanlift.solvers import SolverSpec
 
     detector = args.detector or load_backbone(args.backbone).fid_detector
@@ -206,7 +222,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         reference=ReferenceSet(args.reference, args.reference_samples),
         tracking=None
         if args.no_tracking
-        else Tracking(absolute_uri(args.tracking_uri), experiment),
+        else Tracking(resolve_tracking_uri(args.tracking_uri), experiment),
     )
     report = run_eval(request, Path("runs"), args.address, args.num_cpus)
     if report.diagnostics is not None:
@@ -216,7 +232,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print_sample_report(report.samples, args.evaluators)
     print(f"evaluated in {report.seconds:.0f} s")
     if report.run_id:
-        print(f"MLflow run {report.run_id} in experiment {experiment!r} at {args.tracking_uri}")
+        print(f"MLflow run {report.run_id} in experiment {experiment!r} at {request.tracking.uri}")
 
 
 def print_sample_report(samples: Any, evaluators: int) -> None:
@@ -291,12 +307,19 @@ def parser() -> argparse.ArgumentParser:
 
     sweep = sub.add_parser("sweep", help="run a sweep YAML on local Ray or a Ray cluster")
     sweep.add_argument("file", help="sweep YAML, e.g. sweeps/digits_nfe.yaml")
-    sweep.add_argument("--address", help="Ray cluster to join (`auto`); default: local Ray")
+    sweep.add_argument(
+        "--address", help="Ray cluster to join (`auto`); default: $RAY_ADDRESS, else a local Ray"
+    )
     sweep.add_argument("--resume", action="store_true", help="continue an interrupted sweep")
     sweep.add_argument(
         "--restart", action="store_true", help="run again; finished configurations are reused"
     )
-    sweep.add_argument("--tracking-uri", help="MLflow store (default: the YAML's, else sqlite)")
+    sweep.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
+    sweep.add_argument(
+        "--reuse-across-versions",
+        action="store_true",
+        help="reuse finished runs and fitted weights made by another version of the code",
+    )
     sweep.add_argument("--storage", help="results folder (default: the YAML's storage)")
     sweep.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
     sweep.set_defaults(run=cmd_sweep)
@@ -331,7 +354,7 @@ def parser() -> argparse.ArgumentParser:
         help="folder with ImageReward.pt and med_config.json (default ~/.cache/ImageReward)",
     )
     ev.add_argument("--experiment", help="MLflow experiment (default: eval-<backbone>)")
-    ev.add_argument("--tracking-uri", default="sqlite:///mlflow.db", help="MLflow store")
+    ev.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
     ev.add_argument("--no-tracking", action="store_true", help="do not record an MLflow run")
     ev.add_argument("--address", help="Ray cluster address (default: a local Ray)")
     ev.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
@@ -341,7 +364,7 @@ def parser() -> argparse.ArgumentParser:
     board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep's)")
     board.add_argument("--metric", default="rmse", help="metric to rank by (default rmse)")
     board.add_argument("--mode", choices=["min", "max"], help="default: by metric")
-    board.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
+    board.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
     board.add_argument("--csv", type=Path, help="also write the table as CSV")
     board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
     board.set_defaults(run=cmd_leaderboard)
@@ -368,11 +391,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.run(args)
+        return args.run(args) or 0
     except SpanliftError as exc:
         print(f"spanlift: error: {exc}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -23,10 +23,10 @@ GMM_SMOKE = ROOT / "sweeps" / "gmm_smoke.yaml"
 
 
 def spanlift(
-    folder: Path, *args: str, wait: bool = True
+    folder: Path, *args: str, wait: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess | subprocess.Popen:
     command = [sys.executable, "-m", "spanlift.cli", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     if not wait:
         return subprocess.Popen(
             command,
@@ -121,9 +121,9 @@ def test_rerun_takes_finished_configurations_from_mlflow(smoke) -> None:
 def test_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(tmp_path: Path) -> None:
     path = sweep_file(tmp_path, "nan", fit={"iterations": 20, "lr": 1e30, "warmup": 0})
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr  # schedulers and CI notice
     assert "1/2 trials finished" in result.stdout
-    assert "failed:" in result.stdout and "diverged" in result.stdout
+    assert "failed: dyweight nfe=3" in result.stdout and "diverged" in result.stdout
     runs = {r.data.params["solver"]: r for r in runs_of(tmp_path, "nan")}
     assert runs["ipndm"].info.status == "FINISHED"
     assert runs["dyweight"].info.status == "FAILED"
@@ -175,6 +175,8 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
         a.path for a in client.list_artifacts(runs["ipndm"].info.run_id)
     }
     assert len(list((tmp_path / "runs" / "sweeps" / "fid" / "eval-cache").glob("reference-*"))) == 1
+    best = summary(tmp_path, "fid")["best"]  # the searcher saw every trial's FID
+    assert best["fid"] == min(r.data.metrics["fid"] for r in runs.values())
     board = spanlift(tmp_path, "leaderboard", "--experiment", "fid", "--metric", "fid")
     assert board.returncode == 0, board.stderr
     assert "fid by detector digits:" in board.stdout
@@ -224,7 +226,10 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Pat
 
     wait_for(lambda: len(finished()) >= 1, 300, process)
     process.send_signal(signal.SIGINT)  # Ctrl-C
-    process.communicate(timeout=120)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output[-3000:]
+    assert "interrupted" in output and "configurations remain" in output
+    assert f"spanlift sweep {path} --resume" in output
     before = {r.info.run_id: r.info.end_time for r in finished()}
     assert 1 <= len(before) < 4, "the interruption came too late to test anything"
 

@@ -47,7 +47,7 @@ def test_grid_is_the_product_of_nfe_and_search_lists() -> None:
         (5, 32),
     }
     assert all(s["base"] == "dyweight" for s in lifted)
-    assert config.algorithm == "grid" and config.tracking_uri == "sqlite:///mlflow.db"
+    assert config.algorithm == "grid" and config.tracking_uri is None  # resolved at run time
 
 
 def test_operator_ablation_covers_the_papers_operators() -> None:
@@ -129,3 +129,28 @@ def test_roundtrip_through_a_file(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(VALID, sort_keys=False))
     assert load_sweep(path).trials() == parse_sweep(VALID).trials()
+
+
+def test_a_search_metric_the_sweep_never_reports_is_refused() -> None:
+    data = {**copy.deepcopy(VALID), "search": {"metric": "fid"}}
+    with pytest.raises(SweepConfigError, match=r"search.metric: 'fid' is not a metric.*evaluation"):
+        parse_sweep(data)
+    data["evaluation"] = {"metrics": ["fid"]}
+    assert parse_sweep(data).metric == "fid"
+    with pytest.raises(SweepConfigError, match="'rsme' is not a metric this sweep produces"):
+        parse_sweep({**copy.deepcopy(VALID), "search": {"metric": "rsme"}})
+
+
+def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "experiments"
+    folder.mkdir()
+    data = {
+        **copy.deepcopy(VALID),
+        "storage": "../results",
+        "evaluation": {"metrics": ["lpips"], "lpips_weights": "weights/alexnet.pth"},
+    }
+    path = folder / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    config = load_sweep(path)
+    assert Path(config.storage) == (tmp_path / "results").resolve()
+    assert config.evaluation.lpips_weights == (folder / "weights" / "alexnet.pth").resolve()

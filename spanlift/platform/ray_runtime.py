@@ -39,11 +39,21 @@ class TrialBundle:
         return self.workers if self.use_gpu else 0
 
 
+def ray_address(address: str | None) -> str | None:
+    """The cluster to join: `--address`, else `$RAY_ADDRESS`, else None (a private local Ray)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
 def start_ray(address: str | None, workdir: Path, num_cpus: int | None = None) -> None:
-    """Join the cluster at `address`, or start a private local one whose files live in `workdir`."""
+    """Join the cluster at `address`, or start a private local one whose files live in `workdir`.
+
+    `num_cpus` sizes a local Ray only; a cluster has the CPUs it has."""
     if ray.is_initialized():
         return
+    address = ray_address(address)
     if address:
+        if num_cpus is not None:
+            print(f"spanlift: joining the Ray cluster at {address}; --num-cpus is for a local Ray")
         ray.init(address=address, log_to_driver=True)
         return
     os.environ.update(LOCAL_AUTH)

@@ -4,6 +4,8 @@ A backbone only lends its σ range and channel count here (`sigma_min`, `sigma_m
 this module needs no backbone import; fitting, sweeps and evaluators all build solvers through it.
 """
 
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -59,3 +61,15 @@ def needs_fitted_base(spec: SolverSpec, backbone: SigmaRange) -> bool:
     ):
         return False
     return is_learnable(build(base_spec(spec), backbone))
+
+
+def on_fitted_base(
+    spec: SolverSpec, backbone: SigmaRange, fit_base: Callable[[SolverSpec], Path]
+) -> SolverSpec:
+    """`spec`, or for a SpanLift that needs a fitted base, `spec` on the checkpoint `fit_base`
+    returns for its base spec: the paper's two-stage fit (the base first, then the operator on
+    the frozen fitted base)."""
+    if not needs_fitted_base(spec, backbone):
+        return spec
+    base = fit_base(base_spec(spec))
+    return replace(spec, settings={**spec.settings, "base_checkpoint": str(base)})

@@ -12,6 +12,7 @@ import ray
 from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
 from spanlift.files import file_sha256
+from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.detectors import DETECTORS
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
@@ -20,11 +21,13 @@ from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.tracking.runs import (
+    CODE_TAG,
     ConfigurationRuns,
-    configuration_key,
     connect,
     experiment_id,
+    run_name,
     solver_params,
+    source_tags,
 )
 from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.loading import load_solver
@@ -144,17 +147,21 @@ def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport
     settings), so repeated evaluations of one configuration sit side by side."""
     spec, setup = solver_spec(request), request.setup
     checkpoint = file_sha256(request.checkpoint)[:12] if request.checkpoint else ""
-    key = configuration_key(
-        {
-            "backbone": [setup.backbone, setup.backbone_options],
-            "solver": [spec.name, spec.nfe, spec.schedule, spec.key()],
-            "checkpoint": checkpoint,
-            "eval": [request.samples, setup.detector, request.reference.describe()],
-            "teacher": [setup.teacher.name, setup.teacher.nfe, setup.teacher.key()],
-        }
-    )
+    key = Configuration(
+        setup.backbone,
+        setup.backbone_options,
+        spec,
+        teacher={"solver": setup.teacher.to_dict()},
+        evaluation={
+            "samples": request.samples,
+            "detector": setup.detector,
+            "reference": request.reference.describe(),
+        },
+        checkpoint=checkpoint,
+    ).key()
     params = {**solver_params(setup.backbone, spec, spec.nfe), "checkpoint.sha256": checkpoint}
-    run_id = runs.create(key, spec.label(), params, {"spanlift.command": "eval"})
+    tags = {"spanlift.command": "eval", CODE_TAG: code_version(), **source_tags("spanlift eval")}
+    run_id = runs.create(key, run_name(spec, spec.nfe), params, tags)
     samples = report.samples
     runs.finish(
         run_id,

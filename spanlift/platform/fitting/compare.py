@@ -5,7 +5,7 @@ stages, as in the paper: the base first, then the operator on the frozen fitted 
 """
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,7 +15,7 @@ from spanlift.platform.evaluation.sample_grid import save_sample_grid
 from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, fit, rollout
 from spanlift.platform.fitting.teacher import TeacherSet
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
-from spanlift.solvers.loading import base_spec, build, is_learnable, needs_fitted_base
+from spanlift.solvers.loading import build, is_learnable, on_fitted_base
 
 GRID_COLUMNS = 8
 
@@ -46,11 +46,14 @@ def fit_spec(
     """
     fitted = {} if fitted is None else fitted
     seconds, requested = 0.0, spec
-    if needs_fitted_base(spec, backbone):
-        base = base_spec(spec)
+
+    def fit_base(base: SolverSpec) -> Path:
+        nonlocal seconds
         if base.key() not in fitted:
             seconds = fit_spec(base, backbone, train, settings, workdir, progress, fitted)[1]
-        spec = replace(spec, settings={**spec.settings, "base_checkpoint": str(fitted[base.key()])})
+        return fitted[base.key()]
+
+    spec = on_fitted_base(spec, backbone, fit_base)
     solver = build(spec, backbone)
     if spec.key() in fitted:
         solver.load_state_dict(read_checkpoint(fitted[spec.key()])["state"])
@@ -75,6 +78,40 @@ def latency_ms(solver: Solver, backbone: Backbone, noise: torch.Tensor, repeats:
     return 1000 * min(times) / len(noise)
 
 
+@dataclass(frozen=True)
+class Score:
+    """A solver scored against a teacher set: the comparison's and a sweep trial's numbers."""
+
+    rmse: float
+    nfe: int
+    ms_per_image: float
+
+    def metrics(self) -> dict[str, float]:
+        return {"rmse": self.rmse, "nfe": float(self.nfe), "ms_per_image": self.ms_per_image}
+
+
+@torch.no_grad()
+def score(
+    solver: Solver,
+    backbone: Backbone,
+    test: TeacherSet,
+    images: int = GRID_COLUMNS,
+    device: str | torch.device = "cpu",
+) -> tuple[Score, dict[str, torch.Tensor]]:
+    """Endpoint RMSE on `test`, latency per image over 64 seeds, and the first `images` samples
+    (uint8) of the teacher and of the solver, for a sample grid."""
+    rmse = endpoint_rmse(solver, backbone, test, device=device)
+    noise = test.noise[:64].to(device)
+    ms = latency_ms(solver, backbone, noise)
+    samples = {
+        "teacher": backbone.to_images(test.endpoints[:images].to(device)).cpu(),
+        f"{solver.spec.label()} nfe={solver.nfe}": backbone.to_images(
+            rollout(solver, backbone, noise[:images])
+        ).cpu(),
+    }
+    return Score(rmse, solver.nfe, ms), samples
+
+
 def compare(
     specs: list[SolverSpec],
     backbone: Backbone,
@@ -88,17 +125,16 @@ def compare(
     """Fit where learnable, then score each spec on `test`; optionally save a PNG of samples."""
     for spec in specs:  # every spec is checked before any work starts
         build(spec, backbone)
-    rows, samples = [], {"teacher": backbone.to_images(test.endpoints[:GRID_COLUMNS])}
+    rows, samples = [], {}
     fitted: dict[str, Path] = {}
     for spec in specs:
         solver, seconds = fit_spec(spec, backbone, train, settings, workdir, progress, fitted)
         checkpoint = str(fitted.get(spec.key(), ""))
-        rmse = endpoint_rmse(solver, backbone, test)
-        ms = latency_ms(solver, backbone, test.noise[:64])
-        rows.append(Row(spec.label(), solver.nfe, rmse, seconds, ms, checkpoint))
-        with torch.no_grad():
-            endpoints = rollout(solver, backbone, test.noise[:GRID_COLUMNS])
-        samples[f"{spec.label()} nfe={solver.nfe}"] = backbone.to_images(endpoints)
+        result, images = score(solver, backbone, test)
+        rows.append(
+            Row(spec.label(), solver.nfe, result.rmse, seconds, result.ms_per_image, checkpoint)
+        )
+        samples.update(images)
     if grid:
         save_sample_grid(samples, grid)
     return rows

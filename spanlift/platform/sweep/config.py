@@ -6,7 +6,8 @@ See `sweeps/digits_nfe.yaml` for a commented example of every section.
 """
 
 import itertools
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,18 @@ from spanlift.backbones import BACKBONES
 from spanlift.errors import SettingsError, SpanliftError
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
+from spanlift.platform.tracking.metrics import check_search_metric
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
 from spanlift.solvers.spec import check_settings, steps_for_nfe
 
 
 class SweepConfigError(SettingsError):
     """A sweep file that does not follow the schema."""
+
+
+DEFAULT_STORAGE = "runs/sweeps"
+"""Results folder when the file names none: relative to the working directory, like MLflow's
+default store. A relative path written in the file is relative to the file's folder."""
 
 
 @dataclass(frozen=True)
@@ -94,13 +101,19 @@ class SweepConfig:
     fit: FitSettings = field(default_factory=FitSettings)
     resources: Resources = field(default_factory=Resources)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    tracking_uri: str = "sqlite:///mlflow.db"
-    storage: str = "runs/sweeps"
+    tracking_uri: str | None = None  # None: --tracking-uri, MLFLOW_TRACKING_URI, or the default
+    storage: str = DEFAULT_STORAGE
     source: str = ""
 
     def trials(self) -> list[SolverSpec]:
         """Every configuration of the grid, in file order."""
         return [spec for entry in self.solvers for spec in entry.grid()]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The validated sweep, defaults filled in, as plain data (stored with the Tune state)."""
+        data = json.loads(json.dumps(asdict(self), default=str))
+        data.pop("source")
+        return data
 
 
 class _Reader:
@@ -191,7 +204,7 @@ def _use_gpu(reader: _Reader) -> bool | str:
     return value
 
 
-def _evaluation(e: _Reader) -> EvaluationConfig:
+def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     from spanlift.platform.evaluation.detectors import DETECTORS
     from spanlift.platform.evaluation.run_eval import METRICS
 
@@ -222,16 +235,38 @@ def _evaluation(e: _Reader) -> EvaluationConfig:
         detector,
         reference,
         e.positive_int("reference_samples", 10_000),
-        lpips_weights=_optional_path(e.get("lpips_weights", str, None)),
-        image_reward_weights=_optional_path(e.get("image_reward_weights", str, None)),
+        lpips_weights=_optional_path(e.get("lpips_weights", str, None), folder),
+        image_reward_weights=_optional_path(e.get("image_reward_weights", str, None), folder),
     )
 
 
-def _optional_path(value: str | None) -> Path | None:
-    return Path(value).expanduser() if value else None
+def _optional_path(value: str | None, folder: Path) -> Path | None:
+    return (folder / Path(value).expanduser()).resolve() if value else None
 
 
-def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
+PATH_OPTIONS = ("weights", "path", "dir", "root")
+"""Backbone options whose names end so hold paths: relative ones are relative to the file."""
+
+
+def _backbone_options(options: dict[str, Any], folder: Path) -> dict[str, Any]:
+    return {
+        key: str((folder / Path(value).expanduser()).resolve())
+        if isinstance(value, str) and key.endswith(PATH_OPTIONS)
+        else value
+        for key, value in options.items()
+    }
+
+
+def _tracking_uri(uri: str | None, folder: Path) -> str | None:
+    """A relative sqlite store written in the file is relative to the file's folder."""
+    if uri and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str((folder / uri.removeprefix("sqlite:///")).resolve())
+    return uri
+
+
+def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) -> SweepConfig:
+    """The sweep in `data`; relative paths in it are taken relative to `folder` (the file's)."""
+    folder = folder or Path.cwd()
     r = _Reader(data, "", source)
     r.only(
         "experiment",
@@ -299,22 +334,25 @@ def parse_sweep(data: Any, source: str = "<sweep>") -> SweepConfig:
     )
     tracking = r.child("tracking", {})
     tracking.only("uri")
-    evaluation = _evaluation(r.child("evaluation", {}))
+    evaluation = _evaluation(r.child("evaluation", {}), folder)
+    metric = s.get("metric", str, "rmse")
+    _checked(s, "metric", lambda: check_search_metric(metric, evaluation.metrics))
+    storage = r.get("storage", str, None)
     return SweepConfig(
         experiment=r.get("experiment", str, expected="an experiment name"),
         backbone=backbone_name,
-        backbone_options=b.get("options", dict, {}),
+        backbone_options=_backbone_options(b.get("options", dict, {}), folder),
         teacher=teacher,
         solvers=solvers,
         algorithm=algorithm,
         num_samples=s.positive_int("num_samples", 1) if algorithm == "tpe" else 0,
-        metric=s.get("metric", str, "rmse"),
+        metric=metric,
         mode=mode,
         fit=fit,
         resources=resources,
         evaluation=evaluation,
-        tracking_uri=tracking.get("uri", str, "sqlite:///mlflow.db"),
-        storage=r.get("storage", str, "runs/sweeps"),
+        tracking_uri=_tracking_uri(tracking.get("uri", str, None), folder),
+        storage=str((folder / storage).resolve()) if storage else DEFAULT_STORAGE,
         source=source,
     )
 
@@ -327,4 +365,4 @@ def load_sweep(path: str | Path) -> SweepConfig:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise SweepConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_sweep(data, str(path))
+    return parse_sweep(data, str(path), path.parent)

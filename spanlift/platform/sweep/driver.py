@@ -1,17 +1,18 @@
 """`spanlift sweep`: a sweep YAML run as a Ray Tune experiment driven by Optuna.
 
     validate YAML → reach MLflow → start/join Ray → check a trial fits → teacher (once, parallel)
-    → Tuner(OptunaSearch: grid over configurations, or TPE) → one MLflow run per configuration
+    → parent MLflow run → Tuner(OptunaSearch: grid over configurations, or TPE)
+    → one child MLflow run per configuration → summary
 
 Everything lands under `<storage>/<experiment>/`: `teacher/` (the cache), `fitted/` (solver
 checkpoints), `train/` (Ray Train runs, resumable), `tune/` (the Tune experiment, restorable with
-`--resume`) and `summary.json` (wall time, compute time, teacher generations, trial outcomes).
+`--resume`), `sweep.yaml` (the validated sweep that state belongs to) and `summary.json` (wall
+time, compute time, teacher generations, outcomes, the best configuration). In MLflow the sweep
+is a parent run holding sweep.yaml and summary.json; its configurations are nested runs.
 """
 
-import json
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,31 +23,20 @@ import ray
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-from spanlift.errors import SettingsError
-from spanlift.platform.ray_runtime import TrialBundle, check_fits, start_ray
+from spanlift.platform.configuration import digest
+from spanlift.platform.ray_runtime import TrialBundle, check_fits, ray_address, start_ray
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
+from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
 from spanlift.platform.sweep.teacher import prepare_teachers
 from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
-from spanlift.platform.tracking.runs import absolute_uri, connect, experiment_id
-
-TUNE_NAME = "tune"
-
-
-@dataclass
-class SweepSummary:
-    experiment: str
-    root: str
-    tracking_uri: str
-    trials: int
-    finished: int
-    failed: list[str]
-    reused: int
-    wall_seconds: float
-    compute_seconds: float
-    teacher_generations: int
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2)
+from spanlift.platform.tracking.runs import (
+    ConfigurationRuns,
+    connect,
+    experiment_id,
+    resolve_tracking_uri,
+    source_tags,
+)
 
 
 class FinalMetricOptunaSearch(OptunaSearch):
@@ -141,20 +131,6 @@ def sweep_root(config: SweepConfig, storage: str | None) -> Path:
     return Path(storage or config.storage).resolve() / config.experiment
 
 
-def check_restart(root: Path, resume: bool, restart: bool) -> None:
-    """An earlier Tune state is continued (--resume), replaced (--restart) or protected."""
-    state = root / TUNE_NAME
-    if resume and not tune.Tuner.can_restore(str(state)):
-        raise SettingsError(f"--resume: there is no interrupted sweep to continue at {state}")
-    if state.exists() and not resume:
-        if not restart:
-            raise SettingsError(
-                f"this sweep already ran at {state}: pass --resume to continue it, or --restart "
-                "to run it again (finished configurations are taken from MLflow, not refitted)"
-            )
-        shutil.rmtree(state)
-
-
 def with_gpu_choice(config: SweepConfig) -> SweepConfig:
     """Resolve `use_gpu: auto`: GPU workers when the cluster has a GPU for each of them."""
     if config.resources.use_gpu != "auto":
@@ -172,16 +148,20 @@ def run_sweep(
     tracking_uri: str | None = None,
     storage: str | None = None,
     num_cpus: int | None = None,
+    reuse_across_versions: bool = False,
 ) -> SweepSummary:
-    """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json."""
+    """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json
+    and logged, with the validated sweep, to the sweep's parent MLflow run."""
     start = time.perf_counter()
-    # A trial reports its fit's loss curve before its metric exists; only the last result counts.
+    # The Train workers' loss reports reach Tune before the trial's metrics do. The search metric
+    # is checked in the sweep file (`check_search_metric`) and in each trial's last report.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     config = load_sweep(path)
-    uri = absolute_uri(tracking_uri or config.tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
     experiment_id(connect(uri), config.experiment, create=True)
     root = sweep_root(config, storage)
-    check_restart(root, resume, restart)
+    check_restart(root, config, resume, restart)
+    address = ray_address(address)
     start_ray(address, root, num_cpus)
     config = with_gpu_choice(config)
     r = config.resources
@@ -189,32 +169,49 @@ def run_sweep(
         TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu), local=address is None
     )
     teachers = prepare_teachers(config, root / "teacher")
-    context = SweepContext(config, root, teachers, uri)
-    results = make_tuner(context, resume, concurrency).fit()
+    runs = ConfigurationRuns(uri, config.experiment)
+    tags = source_tags(f"spanlift sweep {path}")
+    parent = open_sweep_run(runs, config, root, tags)
+    context = SweepContext(config, root, teachers, uri, parent, reuse_across_versions, tags)
+    try:
+        results = make_tuner(context, resume, concurrency).fit()
+    except BaseException:
+        runs.client.set_terminated(parent, "KILLED")
+        raise
     summary = summarize(config, root, uri, results, start, teachers.generated)
     (root / "summary.json").write_text(summary.to_json())
+    close_sweep_run(runs, parent, summary, root)
     return summary
 
 
-def summarize(
-    config: SweepConfig, root: Path, uri: str, results: Any, start: float, generations: int
-) -> SweepSummary:
-    finished = [r for r in results if r.error is None]
-    failed = [f"{r.path}: {str(r.error).strip().splitlines()[-1]}" for r in results if r.error]
-    compute = sum(
-        r.metrics.get("fit_seconds", 0.0) + r.metrics.get("eval_seconds", 0.0)
-        for r in finished
-        if not r.metrics.get("reused")
+def open_sweep_run(
+    runs: ConfigurationRuns, config: SweepConfig, root: Path, tags: dict[str, str]
+) -> str:
+    """The sweep's parent MLflow run: a new one per invocation, the interrupted one on --resume."""
+    key = digest({"sweep": config.as_dict(), "root": str(root)})
+    params = {
+        "backbone": config.backbone,
+        "search.algorithm": config.algorithm,
+        "search.metric": config.metric,
+        "configurations": expected_configurations(config),
+    }
+    return runs.open(
+        key, f"sweep {config.experiment}", params, {**tags, "spanlift.command": "sweep"}
     )
-    return SweepSummary(
-        experiment=config.experiment,
-        root=str(root),
-        tracking_uri=uri,
-        trials=len(results),
-        finished=len(finished),
-        failed=failed,
-        reused=sum(1 for r in finished if r.metrics.get("reused")),
-        wall_seconds=time.perf_counter() - start,
-        compute_seconds=compute,
-        teacher_generations=generations,
-    )
+
+
+def close_sweep_run(
+    runs: ConfigurationRuns, run_id: str, summary: SweepSummary, root: Path
+) -> None:
+    """Log the outcome and the files; FINISHED, FAILED (a configuration failed) or KILLED
+    (interrupted, configurations remain)."""
+    metrics = {
+        "configurations_finished": summary.finished,
+        "configurations_failed": len(summary.failed),
+        "configurations_remaining": summary.remaining,
+        "wall_seconds": summary.wall_seconds,
+        "compute_seconds": summary.compute_seconds,
+    }
+    runs.finish(run_id, metrics, [root / SWEEP_FILE, root / "summary.json"])
+    if summary.remaining or summary.failed:
+        runs.client.set_terminated(run_id, "KILLED" if summary.remaining else "FAILED")

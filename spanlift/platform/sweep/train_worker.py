@@ -56,7 +56,8 @@ def fit_worker(config: dict[str, Any]) -> None:
             return
         with tempfile.TemporaryDirectory() as folder:
             torch.save(state, Path(folder) / STATE_FILE)
-            save_solver(Path(folder) / SOLVER_FILE, solver)
+            history = {"losses": state["losses"], "fit_seconds": state["seconds"]}
+            save_solver(Path(folder) / SOLVER_FILE, solver, metadata=history)
             ray.train.report(
                 {**metrics, "fit_seconds": state["seconds"]},
                 checkpoint=ray.train.Checkpoint.from_directory(folder),

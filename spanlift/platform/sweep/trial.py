@@ -1,61 +1,80 @@
 """One sweep trial: fit the configuration on Ray Train if it learns, score it, record it in MLflow.
 
-    configuration ──(finished run in MLflow?)── yes → report its metrics again, no work
-                  └─ no → fit (TorchTrainer, resumable) → evaluate (Ray task) → MLflow run
+    configuration ──(finished run of this code version in MLflow?)── yes → report its metrics
+                  └─ no → fit (TorchTrainer, resumable) → evaluate (Ray task, evaluator actors)
+                          → MLflow child run of the sweep's run → every metric to Tune
 
-Fitted solvers are also kept under `<sweep>/fitted/`, so a SpanLift trial finds its fitted DyWeight
-base there, and a resumed sweep never fits the same solver twice.
+Fitted solvers are also kept under `<sweep>/fitted/`, named by their fit key (everything that
+produced the weights) and the code version, so a SpanLift trial finds its fitted DyWeight base
+there, a resumed sweep never fits the same solver twice, and a changed fit is never served old
+weights.
 """
 
-import os
+import math
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ray
 import torch
 from ray import tune
-from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from spanlift.backbones import load_backbone
-from spanlift.errors import TrainingDivergedError
+from spanlift.backbones import Backbone, load_backbone
+from spanlift.errors import SettingsError, TrainingDivergedError
+from spanlift.files import atomic_write
+from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_grid import save_sample_grid
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
-from spanlift.platform.fitting.compare import latency_ms
-from spanlift.platform.fitting.fit import endpoint_rmse, rollout
+from spanlift.platform.fitting.compare import score
 from spanlift.platform.fitting.teacher import read_teacher
 from spanlift.platform.sweep.config import SweepConfig
-from spanlift.platform.sweep.teacher import SweepTeachers
+from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
 from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
-from spanlift.platform.tracking.runs import ConfigurationRuns, configuration_key, solver_params
-from spanlift.solvers import SolverSpec
-from spanlift.solvers.loading import base_spec, build, is_learnable, load_solver, needs_fitted_base
+from spanlift.platform.tracking.runs import (
+    CODE_TAG,
+    PARENT_TAG,
+    ConfigurationRuns,
+    run_name,
+    solver_params,
+)
+from spanlift.solvers import SolverSpec, read_checkpoint
+from spanlift.solvers.loading import is_learnable, load_solver, on_fitted_base
 
 GRID_IMAGES = 8
+TRAIN_CHECKPOINTS_KEPT = 2
+"""Ray Train checkpoints kept per fit: the newest to resume from, and one before it."""
 
 
 @dataclass(frozen=True)
 class SweepContext:
-    """What every trial of a sweep shares: its config, folders, teacher sets and tracking store."""
+    """What every trial of a sweep shares: its config, folders, teacher sets, tracking store,
+    the sweep's parent MLflow run and whether results of other code versions may be reused."""
 
     config: SweepConfig
     root: Path
     teachers: SweepTeachers
     tracking_uri: str
+    parent_run_id: str = ""
+    reuse_across_versions: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def fitted(self) -> Path:
         return self.root / "fitted"
+
+    def backbone(self) -> Backbone:
+        return load_backbone(self.config.backbone, **self.config.backbone_options)
 
 
 def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
@@ -70,14 +89,34 @@ def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
     )
 
 
+def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
+    """Everything that produces the trial's result."""
+    config = context.config
+    return Configuration(
+        config.backbone,
+        config.backbone_options,
+        spec,
+        teacher={
+            "solver": config.teacher.solver.to_dict(),
+            "train": context.teachers.train.name,
+            "test": context.teachers.test.name,
+        },
+        fit={**config.fit.to_dict(), "workers": config.resources.workers},
+        evaluation=asdict(config.evaluation) if config.evaluation.metrics else {},
+    )
+
+
 def run_params(spec: SolverSpec, nfe: int, context: SweepContext) -> dict[str, Any]:
-    """The MLflow params of a configuration."""
+    """The MLflow params of a configuration: what ran, and what its metrics are measured against."""
     config = context.config
     teacher = config.teacher.solver
+    train, test = sweep_seeds(config)
     return {
         **solver_params(config.backbone, spec, nfe),
         "loss": config.fit.loss,
         "teacher": f"{teacher.label()} nfe={teacher.nfe}",
+        "teacher.train_samples": len(train),
+        "teacher.test_seeds": f"{test.start}..{test.stop - 1}",
         **{f"fit.{k}": v for k, v in config.fit.to_dict().items()},
         "fit.workers": config.resources.workers,
         "fit.use_gpu": config.resources.use_gpu,
@@ -87,49 +126,47 @@ def run_params(spec: SolverSpec, nfe: int, context: SweepContext) -> dict[str, A
     }
 
 
-def key_of(spec: SolverSpec, context: SweepContext) -> str:
-    config = context.config
-    return configuration_key(
-        {
-            "backbone": [config.backbone, config.backbone_options],
-            "teacher": [context.teachers.train.name, context.teachers.test.name],
-            "fit": config.fit.to_dict(),
-            "solver": [spec.name, spec.nfe, spec.schedule, spec.key()],
-            **({"evaluation": asdict(config.evaluation)} if config.evaluation.metrics else {}),
-        }
-    )
+def run_tags(context: SweepContext) -> dict[str, str]:
+    """Tags of a configuration's run: the sweep, its parent run, the Tune trial, the code."""
+    return {
+        **context.tags,
+        "spanlift.sweep": context.config.experiment,
+        "spanlift.trial_id": tune.get_context().get_trial_id() or "",
+        CODE_TAG: code_version(),
+        **({PARENT_TAG: context.parent_run_id} if context.parent_run_id else {}),
+    }
 
 
 def run_trial(params: dict[str, Any], context: SweepContext) -> None:
-    """The Tune function of a sweep."""
+    """The Tune function of a sweep: reports every metric of the configuration to the searcher."""
     config = context.config
     spec = trial_spec(params, config)
-    key = key_of(spec, context)
+    key = configuration(spec, context).key()
     runs = ConfigurationRuns(context.tracking_uri, config.experiment)
-    earlier = runs.find(key)
+    earlier = runs.find(key, None if context.reuse_across_versions else code_version())
     if earlier and earlier.status == "FINISHED":
         tune.report({**earlier.metrics, "reused": 1})
         return
     if earlier and earlier.failure:  # deterministic: a diverged fit diverges again
         raise TrainingDivergedError(earlier.failure)
-    backbone = load_backbone(config.backbone, **config.backbone_options)
-    nfe = build(spec, backbone).nfe
-    run_id = runs.open(
-        key, spec.label(), run_params(spec, nfe, context), {"spanlift.sweep": config.source}
-    )
+    backbone = context.backbone()
+    nfe = load_solver(spec, None, backbone).nfe
+    run_id = runs.open(key, run_name(spec, nfe), run_params(spec, nfe, context), run_tags(context))
     try:
-        checkpoint, fit_metrics = fitted_checkpoint(spec, context)
-        task = evaluate_task(config).remote(spec, checkpoint, config, context.teachers.test)
+        fitted = fitted_checkpoint(spec, context, backbone)
+        task = evaluate_task(config).remote(spec, fitted.path, config, context.teachers.test)
         metrics, samples = ray.get(task)
-        extra_metrics, extra_params = evaluation_metrics(spec, checkpoint, context)
+        extra_metrics, extra_params = evaluation_metrics(spec, fitted.path, context, backbone)
         with tempfile.TemporaryDirectory() as folder:
             grid = save_sample_grid(samples, Path(folder) / "samples.png")
-            diagnostics = trial_diagnostics(spec, checkpoint, context, Path(folder))
+            diagnostics, ratio = trial_diagnostics(spec, fitted.path, context, Path(folder))
+            metrics = {**metrics, **fitted.metrics(), **extra_metrics, **ratio}
             runs.finish(
                 run_id,
-                {**metrics, **fit_metrics, **extra_metrics},
-                [grid, *diagnostics, *([checkpoint] if checkpoint else [])],
+                metrics,
+                [grid, *diagnostics, *([fitted.path] if fitted.path else [])],
                 extra_params,
+                histories={"loss": fitted.losses} if fitted.losses else None,
             )
     except TrainingDivergedError as exc:
         runs.fail(run_id, str(exc))  # final: a retry reports the same failure without refitting
@@ -137,33 +174,64 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
     except Exception:
         runs.interrupt(run_id)  # a retry reopens this run
         raise
-    tune.report({**metrics, **fit_metrics, "reused": 0})
+    if config.metric not in metrics:
+        raise SettingsError(
+            f"{spec.label()} nfe={nfe} produced no {config.metric!r} to search on: "
+            f"{extra_params.get(f'{config.metric}.unavailable', 'it was not computed')}"
+        )
+    tune.report({**metrics, "reused": 0})
 
 
-def fitted_checkpoint(
-    spec: SolverSpec, context: SweepContext
-) -> tuple[Path | None, dict[str, float]]:
-    """The checkpoint of `spec` fitted on the sweep's teacher (None if it has nothing to fit),
-    and the fit's metrics: `fit_seconds` (base included), `fit_resumed_from` (0: a fresh fit)."""
-    config = context.config
-    backbone = load_backbone(config.backbone, **config.backbone_options)
-    metrics = {"fit_seconds": 0.0, "fit_resumed_from": 0.0}
-    if needs_fitted_base(spec, backbone):
-        base, metrics = fitted_checkpoint(base_spec(spec), context)
-        spec = replace(spec, settings={**spec.settings, "base_checkpoint": str(base)})
-    if not is_learnable(build(spec, backbone)):
-        return None, metrics
-    path = context.fitted / f"{spec.name}-nfe{spec.nfe}-{spec.key()}.pt"
-    if path.exists():
-        return path, metrics
-    seconds, resumed_from = fit_on_ray_train(spec, context, path)
-    return path, {"fit_seconds": metrics["fit_seconds"] + seconds, "fit_resumed_from": resumed_from}
+@dataclass(frozen=True)
+class Fitted:
+    """A trial's fitted solver: its checkpoint (None: nothing to fit) and how it was fitted."""
+
+    path: Path | None = None
+    seconds: float = 0.0  # fit compute in this trial, base included; 0 when taken from the cache
+    resumed_from: int = 0  # iteration the last (re)start continued from; 0: a fresh fit
+    losses: tuple[float, ...] = ()  # the loss at each iteration of the (last) fit
+
+    def metrics(self) -> dict[str, float]:
+        return {"fit_seconds": self.seconds, "fit_resumed_from": float(self.resumed_from)}
 
 
-def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> tuple[float, float]:
-    """Fit `spec` with a TorchTrainer (resuming its earlier attempt); copy the result to `out`.
+def fitted_path(spec: SolverSpec, context: SweepContext) -> Path:
+    """Where the fitted `spec` is cached: named by its fit key and the code version."""
+    key = configuration(spec, context).fit_key()
+    return context.fitted / f"{spec.name}-nfe{spec.nfe}-{key}-{code_version()}.pt"
 
-    Returns the fit's compute seconds and the iteration its last (re)start resumed from."""
+
+def cached_fit(spec: SolverSpec, context: SweepContext) -> Path | None:
+    """A cached fit of `spec`: this code version's, or any version's when reuse is allowed."""
+    path = fitted_path(spec, context)
+    if path.exists() or not context.reuse_across_versions:
+        return path if path.exists() else None
+    return next(iter(sorted(path.parent.glob(path.name.rsplit("-", 1)[0] + "-*.pt"))), None)
+
+
+def fitted_checkpoint(spec: SolverSpec, context: SweepContext, backbone: Backbone) -> Fitted:
+    """`spec` fitted on the sweep's teacher, base first (two-stage, as `fit_spec` does)."""
+    base_seconds = 0.0
+
+    def fit_base(base: SolverSpec) -> Path:
+        nonlocal base_seconds
+        fitted = fitted_checkpoint(base, context, backbone)
+        base_seconds = fitted.seconds
+        return fitted.path
+
+    spec = on_fitted_base(spec, backbone, fit_base)
+    if not is_learnable(load_solver(spec, None, backbone)):
+        return Fitted(seconds=base_seconds)
+    cached = cached_fit(spec, context)
+    if cached is not None:
+        losses = read_checkpoint(cached)["metadata"].get("losses", [])
+        return Fitted(cached, base_seconds, losses=tuple(losses))
+    fitted = fit_on_ray_train(spec, context, fitted_path(spec, context))
+    return Fitted(fitted.path, base_seconds + fitted.seconds, fitted.resumed_from, fitted.losses)
+
+
+def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> Fitted:
+    """Fit `spec` with a TorchTrainer (resuming its earlier attempt); save the result to `out`."""
     config, resources = context.config, context.config.resources
     trial_id = tune.get_context().get_trial_id()
     trainer = TorchTrainer(
@@ -177,37 +245,41 @@ def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> tupl
             resources_per_worker={"CPU": resources.worker_cpu},
         ),
         run_config=RunConfig(
-            name=f"fit-{spec.name}-nfe{spec.nfe}-{spec.key()}-{trial_id}",
+            name=f"fit-{out.stem}-{trial_id}",
             storage_path=str(context.root / "train"),
             failure_config=FailureConfig(max_failures=resources.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=TRAIN_CHECKPOINTS_KEPT),
             callbacks=[TuneReportCallback()],
         ),
     )
     result = trainer.fit()
     if "diverged" in (result.metrics or {}):
         raise TrainingDivergedError(result.metrics["diverged"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with result.checkpoint.as_directory() as folder:
-        partial = out.with_suffix(f".{os.getpid()}.tmp")
+    with result.checkpoint.as_directory() as folder, atomic_write(out) as partial:
         shutil.copyfile(Path(folder) / SOLVER_FILE, partial)
-        os.replace(partial, out)
-    return float(result.metrics["fit_seconds"]), float(result.metrics["resumed_from"])
+    losses = tuple(read_checkpoint(out)["metadata"].get("losses", []))
+    return Fitted(
+        out, float(result.metrics["fit_seconds"]), int(result.metrics["resumed_from"]), losses
+    )
 
 
 def trial_diagnostics(
     spec: SolverSpec, checkpoint: Path | None, context: SweepContext, folder: Path
-) -> list[Path]:
-    """Per-step SpanLift diagnostics (CSV + PNG) when the YAML asks for them; [] otherwise."""
+) -> tuple[list[Path], dict[str, float]]:
+    """Per-step SpanLift diagnostics (CSV + PNG) when the YAML asks for them, and their mean
+    out-of-span ratio as a metric; ([], {}) otherwise."""
     config = context.config
     if "diagnostics" not in config.evaluation.metrics or spec.name != "spanlift":
-        return []
-    backbone = load_backbone(config.backbone, **config.backbone_options)
+        return [], {}
+    backbone = context.backbone()
     solver = load_solver(spec, checkpoint, backbone)
-    return write_diagnostics(solver, backbone, folder, "spanlift")[1]
+    table, files = write_diagnostics(solver, backbone, folder, "spanlift")
+    ratio = float(table["out_of_span"].mean())
+    return files, ({"out_of_span_ratio": ratio} if math.isfinite(ratio) else {})
 
 
 def evaluation_metrics(
-    spec: SolverSpec, checkpoint: Path | None, context: SweepContext
+    spec: SolverSpec, checkpoint: Path | None, context: SweepContext, backbone: Backbone
 ) -> tuple[dict[str, float], dict[str, str]]:
     """The YAML's sample metrics (FID, LPIPS) on evaluator actors, each with a Train worker's
     resources and placed outside the trial's placement group; ({}, {}) when none are asked."""
@@ -216,7 +288,6 @@ def evaluation_metrics(
     metrics = tuple(m for m in evaluation.metrics if m in SAMPLE_METRICS)
     if not metrics:
         return {}, {}
-    backbone = load_backbone(config.backbone, **config.backbone_options)
     setup = EvaluatorSetup(
         config.backbone,
         evaluation.detector or backbone.fid_detector,
@@ -267,19 +338,5 @@ def evaluate(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     backbone = load_backbone(config.backbone, **config.backbone_options).to(device)
     solver = load_solver(spec, checkpoint, backbone).to(device)
-    teacher = read_teacher(test)
-    rmse = endpoint_rmse(solver, backbone, teacher, device=device)
-    noise = teacher.noise[:64].to(device)
-    ms = latency_ms(solver, backbone, noise)
-    samples = rollout(solver, backbone, noise[:GRID_IMAGES])
-    images = {
-        "teacher": backbone.to_images(teacher.endpoints[:GRID_IMAGES].to(device)).cpu(),
-        f"{spec.label()} nfe={solver.nfe}": backbone.to_images(samples).cpu(),
-    }
-    metrics = {
-        "rmse": rmse,
-        "nfe": float(solver.nfe),
-        "ms_per_image": ms,
-        "eval_seconds": time.perf_counter() - start,
-    }
-    return metrics, images
+    result, images = score(solver, backbone, read_teacher(test), GRID_IMAGES, device)
+    return {**result.metrics(), "eval_seconds": time.perf_counter() - start}, images

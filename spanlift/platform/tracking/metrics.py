@@ -82,7 +82,7 @@ def check_search_metric(metric: str, evaluation: tuple[str, ...]) -> None:
     if metric not in produced:
         hint = next((name for name, adds in EVALUATION_METRICS.items() if metric in adds), None)
         raise SettingsError(
-            f"search.metric: {metric!r} is not a metric this sweep produces; it produces "
+            f"{metric!r} is not a metric this sweep produces; it produces "
             f"{', '.join(produced)}"
             + (f" (add {hint!r} to evaluation.metrics for {metric!r})" if hint else "")
         )

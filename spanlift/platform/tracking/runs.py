@@ -1,13 +1,14 @@
 """MLflow: one run per evaluated solver configuration, found again by the configuration's key.
 
-A configuration is identified by the tag `spanlift.key` (backbone, teacher, fit settings and
-solver spec hashed together). A trial that is retried or resumed reopens its unfinished run
-instead of starting a second one, and a configuration with a finished run is not evaluated again.
+A configuration is identified by the tag `spanlift.key` (`configuration.Configuration.key`) and
+the version of the code that produced it (`spanlift.code_version`). A trial that is retried or
+resumed reopens its unfinished run instead of starting a second one, and a configuration with a
+finished run of the same code version is not evaluated again. Experiments are tagged so that
+MLflow's UI opens them on the runs table; runs carry MLflow's source tags (command, git commit).
 """
 
-import hashlib
-import json
 import os
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,19 @@ from spanlift.solvers import SolverSpec
 
 KEY_TAG = "spanlift.key"
 FAILURE_TAG = "spanlift.failure"
+CODE_TAG = "spanlift.code_version"
+PARENT_TAG = "mlflow.parentRunId"
 DEFAULT_URI = "sqlite:///mlflow.db"
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+"""MLflow 3's UI opens an untagged experiment on its GenAI traces page; this opens the runs."""
+
+
+def resolve_tracking_uri(explicit: str | None = None, from_file: str | None = None) -> str:
+    """The store to use: --tracking-uri, else $MLFLOW_TRACKING_URI, else the sweep file's, else
+    sqlite:///mlflow.db in the working directory; made absolute for Ray workers."""
+    return absolute_uri(
+        explicit or os.environ.get("MLFLOW_TRACKING_URI") or from_file or DEFAULT_URI
+    )
 
 
 def absolute_uri(uri: str) -> str:
@@ -31,10 +44,6 @@ def absolute_uri(uri: str) -> str:
     if "://" not in uri:
         return Path(uri).resolve().as_uri()
     return uri
-
-
-def configuration_key(parts: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def solver_params(backbone: str, spec: SolverSpec, nfe: int) -> dict[str, Any]:
@@ -52,6 +61,11 @@ def solver_params(backbone: str, spec: SolverSpec, nfe: int) -> dict[str, Any]:
         "hidden_dim": settings.get("hidden_dim", ""),
         "blocks": settings.get("blocks", ""),
     }
+
+
+def run_name(spec: SolverSpec, nfe: int) -> str:
+    """What a run shows in MLflow's runs table, e.g. `spanlift[base=dyweight,kernel_size=3] nfe=4`."""
+    return f"{spec.label()} nfe={nfe}"
 
 
 def connect(uri: str) -> MlflowClient:
@@ -74,6 +88,9 @@ def connect(uri: str) -> MlflowClient:
 def experiment_id(client: MlflowClient, name: str, create: bool = False) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
+        if create and not set(EXPERIMENT_KIND.items()) <= set(experiment.tags.items()):
+            for key, value in EXPERIMENT_KIND.items():
+                client.set_experiment_tag(experiment.experiment_id, key, value)
         return experiment.experiment_id
     if not create:
         raise SettingsError(f"no MLflow experiment named {name!r} at {client.tracking_uri}")
@@ -81,7 +98,23 @@ def experiment_id(client: MlflowClient, name: str, create: bool = False) -> str:
     if client.tracking_uri.startswith("sqlite:"):
         store = Path(client.tracking_uri.removeprefix("sqlite:///"))
         artifacts = (store.parent / "mlartifacts").as_uri()
-    return client.create_experiment(name, artifact_location=artifacts)
+    return client.create_experiment(name, artifact_location=artifacts, tags=EXPERIMENT_KIND)
+
+
+def source_tags(command: str) -> dict[str, str]:
+    """MLflow's own source tags: the command that ran, and the git commit of the code if any."""
+    tags = {"mlflow.source.name": command, "mlflow.source.type": "LOCAL"}
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    return {**tags, "mlflow.source.git.commit": commit} if commit else tags
 
 
 @dataclass
@@ -99,11 +132,13 @@ class ConfigurationRuns:
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_id = experiment_id(self.client, experiment)
 
-    def find(self, key: str) -> RunRecord | None:
-        """The configuration's run: the finished one if any, else the newest."""
-        runs = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'"
-        )
+    def find(self, key: str, code_version: str | None = None) -> RunRecord | None:
+        """The configuration's run made by `code_version` (None: by any version): the finished
+        one if any, else the newest."""
+        query = f"tags.`{KEY_TAG}` = '{key}'"
+        if code_version is not None:
+            query += f" and tags.`{CODE_TAG}` = '{code_version}'"
+        runs = self.client.search_runs([self.experiment_id], filter_string=query)
         if not runs:
             return None
         run = next((r for r in runs if r.info.status == "FINISHED"), runs[0])
@@ -115,10 +150,12 @@ class ConfigurationRuns:
         )
 
     def open(self, key: str, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
-        """The run to record this configuration in: its earlier unfinished run, or a new one."""
-        earlier = self.find(key)
-        if earlier is not None:
+        """The run to record this configuration in: its earlier unfinished run of the same code
+        version (`tags[CODE_TAG]`), or a new one."""
+        earlier = self.find(key, tags.get(CODE_TAG))
+        if earlier is not None and earlier.status != "FINISHED":
             self.client.update_run(earlier.run_id, status="RUNNING")
+            self.client.log_batch(earlier.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
             return earlier.run_id
         return self.create(key, name, params, tags)
 
@@ -137,14 +174,22 @@ class ConfigurationRuns:
         metrics: dict[str, float],
         artifacts: list[Path],
         params: dict[str, Any] | None = None,
+        histories: dict[str, list[float]] | None = None,
     ) -> None:
-        """Log final metrics, params known only after evaluation, artifacts; mark FINISHED."""
+        """Log final metrics, params known only after evaluation, artifacts, and metric
+        histories (value i at step i, e.g. the fit's loss per iteration); mark FINISHED."""
         timestamp = int(1000 * time.time())
         self.client.log_batch(
             run_id,
             metrics=[Metric(k, float(v), timestamp, 0) for k, v in metrics.items()],
             params=[Param(k, str(v)) for k, v in (params or {}).items()],
         )
+        for name, values in (histories or {}).items():
+            for start in range(0, len(values), 1000):  # MLflow takes 1 000 metrics a batch
+                steps = enumerate(values[start : start + 1000], start=start)
+                self.client.log_batch(
+                    run_id, metrics=[Metric(name, float(v), timestamp, i) for i, v in steps]
+                )
         for path in artifacts:
             self.client.log_artifact(run_id, str(path))
         self.client.set_terminated(run_id, "FINISHED")

@@ -1,0 +1,89 @@
+"""A sweep's outcome: configurations finished, failed (and why), remaining, the best one."""
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.trial import trial_spec
+from spanlift.platform.tracking.runs import run_name
+
+
+@dataclass
+class SweepSummary:
+    experiment: str
+    root: str
+    tracking_uri: str
+    configurations: int
+    """Configurations the sweep runs: the grid's size, or TPE's num_samples."""
+    finished: int
+    failed: list[str]
+    """`<configuration> nfe=<N>: <reason>` for each configuration that failed."""
+    reused: int
+    wall_seconds: float
+    compute_seconds: float
+    teacher_generations: int
+    best: dict[str, Any] = field(default_factory=dict)
+    """The best finished configuration by the search metric: its name and value."""
+
+    @property
+    def remaining(self) -> int:
+        """Configurations neither finished nor failed: more than 0 after an interruption."""
+        return self.configurations - self.finished - len(self.failed)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "remaining": self.remaining}, indent=2)
+
+
+def expected_configurations(config: SweepConfig) -> int:
+    return len(config.trials()) if config.algorithm == "grid" else config.num_samples
+
+
+def configuration_name(result: Any, config: SweepConfig) -> str:
+    spec = trial_spec(result.config, config)
+    return run_name(spec, spec.nfe)
+
+
+def best_of(finished: list[Any], config: SweepConfig) -> dict[str, Any]:
+    if not finished:
+        return {}
+    pick = min if config.mode == "min" else max
+    top = pick(finished, key=lambda r: r.metrics[config.metric])
+    return {
+        "configuration": configuration_name(top, config),
+        config.metric: top.metrics[config.metric],
+    }
+
+
+def summarize(
+    config: SweepConfig, root: Path, uri: str, results: Any, start: float, generations: int
+) -> SweepSummary:
+    """The outcome of Tune's `results`. A trial counts as finished only with the search metric in
+    its last report: one still running when the sweep was interrupted is neither finished nor
+    failed, and counts as remaining."""
+    finished = [r for r in results if r.error is None and config.metric in (r.metrics or {})]
+    failed = [
+        f"{configuration_name(r, config)}: {str(r.error).strip().splitlines()[-1]}"
+        for r in results
+        if r.error
+    ]
+    compute = sum(
+        r.metrics.get("fit_seconds", 0.0) + r.metrics.get("eval_seconds", 0.0)
+        for r in finished
+        if not r.metrics.get("reused")
+    )
+    return SweepSummary(
+        experiment=config.experiment,
+        root=str(root),
+        tracking_uri=uri,
+        configurations=expected_configurations(config),
+        finished=len(finished),
+        failed=failed,
+        reused=sum(1 for r in finished if r.metrics.get("reused")),
+        wall_seconds=time.perf_counter() - start,
+        compute_seconds=compute,
+        teacher_generations=generations,
+        best=best_of(finished, config),
+    )
