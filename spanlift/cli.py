@@ -6,7 +6,7 @@
     spanlift demo                         fit and compare solvers on the digits backbone
     spanlift sweep sweeps/digits_nfe.yaml [--address auto] [--resume | --restart]
     spanlift eval --backbone digits --solver ipndm --nfe 3 --metrics fid --samples 10000
-    spanlift leaderboard --experiment digits-nfe [--metric rmse] [--csv F] [--plot F]
+    spanlift leaderboard --experiment digits-nfe [--metric rmse] [--by-fit] [--csv F] [--plot F]
     spanlift train-digits                 retrain the embedded digits denoiser
     spanlift train-digits-detector        retrain the digits FID detector
 
@@ -174,11 +174,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:
     from spanlift.platform.tracking import leaderboard as board
+    from spanlift.platform.tracking.metrics import default_mode
     from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
 
     client = connect(resolve_tracking_uri(args.tracking_uri))
-    mode = args.mode or board.default_mode(args.metric)
-    entries = board.leaderboard(client, args.experiment, args.metric, mode)
+    mode = args.mode or default_mode(args.metric)
+    entries = board.leaderboard(client, args.experiment, args.metric, mode, args.by_fit)
     better = "lower" if mode == "min" else "higher"
     print(
         f"{args.experiment}: best configuration per solver, ranked by {args.metric} ({better} is better)"
@@ -365,6 +366,7 @@ def parser() -> argparse.ArgumentParser:
     board.add_argument("--metric", default="rmse", help="metric to rank by (default rmse)")
     board.add_argument("--mode", choices=["min", "max"], help="default: by metric")
     board.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
+    board.add_argument("--by-fit", action="store_true", help="rank fits of one budget together")
     board.add_argument("--csv", type=Path, help="also write the table as CSV")
     board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
     board.set_defaults(run=cmd_leaderboard)

@@ -179,7 +179,7 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
     assert best["fid"] == min(r.data.metrics["fid"] for r in runs.values())
     board = spanlift(tmp_path, "leaderboard", "--experiment", "fid", "--metric", "fid")
     assert board.returncode == 0, board.stderr
-    assert "fid by detector digits:" in board.stdout
+    assert "fid against fid.detector=digits:" in board.stdout
 
 
 def test_impossible_resources_are_refused_before_any_trial(tmp_path: Path) -> None:

@@ -138,12 +138,12 @@ def test_fids_from_different_detectors_are_never_ranked_together(store: str, tmp
     entries = leaderboard(runs.client, "exp", "fid", "min")
     ranks = {(e.scale, e.solver): e.rank for e in entries}
     assert ranks == {
-        ("digits:aaaaaaaaaaaa vs dataset", "spanlift"): 1,
-        ("digits:aaaaaaaaaaaa vs dataset", "ipndm"): 2,
-        ("inception:bbbbbbbbbbbb vs dataset", "euler"): 1,
+        ("fid.detector=digits:aaaaaaaaaaaa, fid.reference=dataset", "spanlift"): 1,
+        ("fid.detector=digits:aaaaaaaaaaaa, fid.reference=dataset", "ipndm"): 2,
+        ("fid.detector=inception:bbbbbbbbbbbb, fid.reference=dataset", "euler"): 1,
     }
     table = format_leaderboard(entries, "fid")
-    assert "fid by detector digits:aaaaaaaaaaaa vs dataset:" in table
-    assert "fid by detector inception:bbbbbbbbbbbb vs dataset:" in table
+    assert "fid against fid.detector=digits:aaaaaaaaaaaa, fid.reference=dataset:" in table
+    assert "fid against fid.detector=inception:bbbbbbbbbbbb, fid.reference=dataset:" in table
     plot = plot_leaderboard(entries, "fid", tmp_path / "fid.png")
     assert plot.read_bytes()[:4] == b"\x89PNG"

@@ -1,34 +1,35 @@
 """The leaderboard: a query over an experiment's finished MLflow runs.
 
 Per backbone and NFE, each solver appears once, with its best configuration by the metric, and
-solvers are ranked by that value. A metric measured on a scale of its own (FID: a detector and a
-reference set, logged as `fid.detector` and `fid.reference`) is ranked only within one scale:
-FIDs from different detectors are never compared. Written as a text table, optionally as CSV and as a plot of the
+solvers are ranked by that value. A value is ranked only against values measured the same way:
+runs are grouped by the params the metric is measured against (`metrics.METRICS[metric].against`,
+e.g. the teacher and its test seeds for RMSE, the detector and reference for FID; for a metric not
+in the catalogue, its own `<metric>.*` params), and with `by_fit` also by the fit budget
+(`metrics.FIT_BUDGET`). A param a run did not log counts as empty. Written as a text table with a
+line before each group saying what it was measured against, optionally as CSV and as a plot of the
 metric against NFE, one line per solver.
 """
 
+import textwrap
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
+from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS
 from spanlift.platform.tracking.runs import experiment_id
-
-HIGHER_IS_BETTER = {"image_reward", "hss", "csi", "csi4", "csi16"}
-
-
-def default_mode(metric: str) -> str:
-    return "max" if metric in HIGHER_IS_BETTER else "min"
 
 
 @dataclass(frozen=True)
 class Entry:
     backbone: str
-    scale: str  # "" or, for FID, "<detector identity> vs <reference>"
+    scale: str  # what the value is measured against: "teacher=..., teacher.test_seeds=..." or ""
     nfe: int
     rank: int
     solver: str
@@ -38,31 +39,46 @@ class Entry:
     run_id: str
 
 
-def measurement_scale(params: dict[str, str], metric: str) -> str:
-    """What a metric's value is relative to, e.g. `digits:81da08e9e337 vs dataset` for FID."""
-    parts = [params.get(f"{metric}.detector"), params.get(f"{metric}.reference")]
-    return " vs ".join(p for p in parts if p)
+def comparison_params(metric: str, logged: Iterable[str], by_fit: bool = False) -> tuple[str, ...]:
+    """The params that must be equal for two values of `metric` to be compared.
+
+    The catalogue's `against` for the metric, or for a metric it does not list, every `logged`
+    param named `<metric>.*`; with `by_fit`, the fit budget too."""
+    if metric in METRICS:
+        against = METRICS[metric].against
+    else:
+        against = tuple(sorted(name for name in set(logged) if name.startswith(f"{metric}.")))
+    return against + (FIT_BUDGET if by_fit else ())
 
 
-def finished_runs(client: MlflowClient, experiment: str, metric: str) -> pd.DataFrame:
-    """One row per finished run that logged `metric`: backbone, nfe, solver, configuration, value."""
-    rows = []
-    for run in _all_runs(client, experiment_id(client, experiment)):
-        params, metrics = run.data.params, run.data.metrics
-        if metric not in metrics:
-            continue
-        rows.append(
-            {
-                "backbone": params.get("backbone", "?"),
-                "scale": measurement_scale(params, metric),
-                "nfe": int(params.get("nfe", metrics.get("nfe", 0))),
-                "solver": params.get("solver", "?"),
-                "configuration": params.get("configuration", run.info.run_name),
-                "value": metrics[metric],
-                "run_id": run.info.run_id,
-            }
-        )
-    return pd.DataFrame(rows)
+def measured_against(params: dict[str, str], names: tuple[str, ...]) -> str:
+    """`name=value` of each of `names` a run logged non-empty, e.g. `fid.detector=digits:81da`."""
+    return ", ".join(f"{name}={params[name]}" for name in names if params.get(name, ""))
+
+
+def finished_runs(
+    client: MlflowClient, experiment: str, metric: str, by_fit: bool = False
+) -> pd.DataFrame:
+    """One row per finished run that logged `metric`: backbone, what the value is measured
+    against (`scale`), nfe, solver, configuration, value, run_id."""
+    runs = [
+        r for r in _all_runs(client, experiment_id(client, experiment)) if metric in r.data.metrics
+    ]
+    names = comparison_params(metric, (name for r in runs for name in r.data.params), by_fit)
+    return pd.DataFrame([_row(run, metric, names) for run in runs])
+
+
+def _row(run: Run, metric: str, names: tuple[str, ...]) -> dict:
+    params, metrics = run.data.params, run.data.metrics
+    return {
+        "backbone": params.get("backbone", "?"),
+        "scale": measured_against(params, names),
+        "nfe": int(params.get("nfe", metrics.get("nfe", 0))),
+        "solver": params.get("solver", "?"),
+        "configuration": params.get("configuration", run.info.run_name),
+        "value": metrics[metric],
+        "run_id": run.info.run_id,
+    }
 
 
 def _all_runs(client: MlflowClient, experiment: str) -> list:
@@ -79,7 +95,7 @@ def _all_runs(client: MlflowClient, experiment: str) -> list:
 
 def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
     """Best configuration per (backbone, scale, NFE, solver), ranked within each (backbone, scale,
-    NFE)."""
+    NFE): `scale` says what the values are measured against."""
     if mode not in ("min", "max"):
         raise SettingsError(f"--mode must be min or max, got {mode!r}")
     ascending = mode == "min"
@@ -106,9 +122,14 @@ def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
 
 
 def leaderboard(
-    client: MlflowClient, experiment: str, metric: str = "rmse", mode: str = "min"
+    client: MlflowClient,
+    experiment: str,
+    metric: str = "rmse",
+    mode: str = "min",
+    by_fit: bool = False,
 ) -> list[Entry]:
-    runs = finished_runs(client, experiment, metric)
+    """The ranked entries; with `by_fit`, fits of different budgets are ranked apart."""
+    runs = finished_runs(client, experiment, metric, by_fit)
     if runs.empty:
         raise SettingsError(
             f"experiment {experiment!r} has no finished run with metric {metric!r} "
@@ -118,19 +139,27 @@ def leaderboard(
 
 
 def format_leaderboard(entries: list[Entry], metric: str) -> str:
+    """The table; each group of rows is headed by what its values are measured against (when any
+    run recorded that)."""
     width = max(len("configuration"), *(len(e.configuration) for e in entries))
     header = f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} {metric:>10} {'runs':>4}"
     lines = [header, "-" * len(header)]
-    scale = ""
+    headed = any(e.scale for e in entries)
+    group = None
     for e in entries:
-        if e.scale and e.scale != scale:
-            lines.append(f"{metric} by detector {e.scale}:")
-        scale = e.scale
+        if headed and (e.backbone, e.scale) != group:
+            lines.append(group_header(metric, e.scale))
+        group = (e.backbone, e.scale)
         lines.append(
             f"{e.backbone:<9} {e.nfe:>3} {e.rank:>2} {e.solver:<14} {e.configuration:<{width}} "
             f"{e.value:>10.4f} {e.runs:>4}"
         )
     return "\n".join(lines)
+
+
+def group_header(metric: str, scale: str) -> str:
+    """E.g. `rmse against teacher=ipndm[order=4] nfe=35, teacher.test_seeds=0..255:`."""
+    return f"{metric} against {scale or '(not recorded)'}:"
 
 
 def write_csv(entries: list[Entry], path: Path) -> Path:
@@ -139,7 +168,7 @@ def write_csv(entries: list[Entry], path: Path) -> Path:
 
 
 def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
-    """The best value of each solver against NFE, one panel per backbone (and scale).
+    """The best value of each solver against NFE, one panel per backbone and group.
 
     Positive metrics (errors, FID, LPIPS) get a log axis, so one poor solver does not flatten
     the differences between the good ones."""
@@ -152,8 +181,7 @@ def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
         for solver, line in part.groupby("solver"):
             line = line.sort_values("nfe")
             ax.plot(line["nfe"], line["value"], marker="o", label=solver)
-        title = f"{backbone}\n{metric} by {scale}" if scale else backbone
-        ax.set(title=title, xlabel="NFE", ylabel=metric)
+        ax.set(title=_panel_title(backbone, metric, scale), xlabel="NFE", ylabel=metric)
         if (part["value"] > 0).all():
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -165,3 +193,8 @@ def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return path
+
+
+def _panel_title(backbone: str, metric: str, scale: str) -> str:
+    """The backbone and, wrapped to the panel's width, what its values are measured against."""
+    return "\n".join([backbone, *(textwrap.wrap(f"{metric} against {scale}", 60) if scale else [])])

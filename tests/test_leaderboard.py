@@ -1,0 +1,200 @@
+"""The leaderboard ranks a run only against runs measured the same way.
+
+Runs are logged to a real MLflow sqlite store; rankings are checked against pandas."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from spanlift.cli import main
+from spanlift.platform.tracking.leaderboard import (
+    Entry,
+    format_leaderboard,
+    leaderboard,
+    plot_leaderboard,
+    write_csv,
+)
+
+TEACHER_A = "ipndm[order=4] nfe=35"
+TEACHER_B = "dpm_solver_pp[order=3] nfe=50"
+SEEDS = "1000000000..1000000255"
+OTHER_SEEDS = "2000000000..2000000255"
+
+
+@dataclass
+class Store:
+    """One experiment in a real MLflow sqlite store."""
+
+    client: MlflowClient
+    uri: str
+    experiment: str
+
+    def log(self, solver: str, metrics: dict[str, float], **params: object) -> None:
+        """A finished run of `solver` at NFE 3 on gmm; `a__b=v` logs the param `a.b`."""
+        experiment = self.client.get_experiment_by_name(self.experiment).experiment_id
+        run_id = self.client.create_run(experiment, run_name=solver).info.run_id
+        params = {"backbone": "gmm", "nfe": 3, "solver": solver, "configuration": solver, **params}
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+            params=[Param(k.replace("__", "."), str(v)) for k, v in params.items()],
+        )
+        self.client.set_terminated(run_id, "FINISHED")
+
+    def log_rows(self, rows: list[dict], metric: str = "rmse") -> None:
+        for row in rows:
+            params = {k: v for k, v in row.items() if k not in ("solver", "value")}
+            self.log(row["solver"], {metric: row["value"]}, **params)
+
+    def board(self, metric: str = "rmse", mode: str = "min", by_fit: bool = False) -> list[Entry]:
+        return leaderboard(self.client, self.experiment, metric, mode, by_fit=by_fit)
+
+    def command(self, *argv: str) -> list[str]:
+        return ["leaderboard", "--experiment", self.experiment, "--tracking-uri", self.uri, *argv]
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One sqlite store for the module (creating its tables takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+
+
+@pytest.fixture
+def store(uri: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A fresh experiment of the test's own."""
+    client = MlflowClient(uri)
+    name = request.node.name
+    client.create_experiment(name, artifact_location=(tmp_path / "artifacts").as_uri())
+    return Store(client, uri, name)
+
+
+def rankings(entries: list[Entry]) -> list[tuple[str, ...]]:
+    """Each group's solvers in rank order, groups sorted: the ranking without its labels."""
+    frame = pd.DataFrame([vars(e) for e in entries]).sort_values("rank")
+    assert all(
+        list(g["rank"]) == list(range(1, len(g) + 1))
+        for _, g in frame.groupby(["backbone", "nfe", "scale"])
+    )
+    return sorted(tuple(g["solver"]) for _, g in frame.groupby(["backbone", "nfe", "scale"]))
+
+
+def expected(rows: list[dict], by: list[str]) -> list[tuple[str, ...]]:
+    """The same, computed independently: each solver's lowest value, sorted, within `by`."""
+    best = pd.DataFrame(rows).fillna("").groupby([*by, "solver"], as_index=False)["value"].min()
+    return sorted(tuple(g.sort_values("value")["solver"]) for _, g in best.groupby(by))
+
+
+TWO_TEACHERS = [  # teacher B's RMSEs are lower, and must not outrank teacher A's solvers
+    {"solver": "spanlift", "value": 0.10, "teacher": TEACHER_A, "teacher__test_seeds": SEEDS},
+    {"solver": "ipndm", "value": 0.30, "teacher": TEACHER_A, "teacher__test_seeds": SEEDS},
+    {"solver": "spanlift", "value": 0.20, "teacher": TEACHER_A, "teacher__test_seeds": SEEDS},
+    {"solver": "ipndm", "value": 0.05, "teacher": TEACHER_B, "teacher__test_seeds": SEEDS},
+    {"solver": "euler", "value": 0.08, "teacher": TEACHER_B, "teacher__test_seeds": SEEDS},
+    {"solver": "dyweight", "value": 0.01},  # an old run: no teacher recorded
+]
+
+
+def test_rmses_against_different_teachers_are_ranked_apart(store: Store) -> None:
+    store.log_rows(TWO_TEACHERS)
+    entries = store.board()
+    assert rankings(entries) == expected(TWO_TEACHERS, ["teacher"])
+    assert rankings(entries) == [("dyweight",), ("ipndm", "euler"), ("spanlift", "ipndm")]
+    assert {e.rank for e in entries if e.solver == "dyweight"} == {1}
+
+
+def test_rmses_on_different_test_seeds_are_ranked_apart(store: Store) -> None:
+    rows = [
+        {"solver": "ipndm", "value": 0.30, "teacher": TEACHER_A, "teacher__test_seeds": SEEDS},
+        {
+            "solver": "euler",
+            "value": 0.01,
+            "teacher": TEACHER_A,
+            "teacher__test_seeds": OTHER_SEEDS,
+        },
+    ]
+    store.log_rows(rows)
+    entries = store.board()
+    assert rankings(entries) == [("euler",), ("ipndm",)]
+    assert [e.rank for e in entries] == [1, 1]
+
+
+def test_by_fit_ranks_fits_of_one_budget_together(store: Store) -> None:
+    rows = [
+        {"solver": "spanlift", "value": 0.10, "teacher": TEACHER_A, "fit__iterations": 1000},
+        {"solver": "dyweight", "value": 0.20, "teacher": TEACHER_A, "fit__iterations": 100},
+        {"solver": "spanlift", "value": 0.30, "teacher": TEACHER_A, "fit__iterations": 100},
+    ]
+    store.log_rows(rows)
+    together = store.board()
+    assert rankings(together) == expected(rows, ["teacher"]) == [("spanlift", "dyweight")]
+    apart = store.board(by_fit=True)
+    assert rankings(apart) == expected(rows, ["teacher", "fit__iterations"])
+    assert rankings(apart) == [("dyweight", "spanlift"), ("spanlift",)]
+    text = format_leaderboard(apart, "rmse")
+    assert f"rmse against teacher={TEACHER_A}, fit.iterations=1000:" in text.splitlines()
+
+
+def test_by_fit_option_of_the_command(store: Store, capsys) -> None:
+    store.log("ipndm", {"rmse": 0.1}, teacher=TEACHER_A, fit__iterations=100)
+    store.log("euler", {"rmse": 0.2}, teacher=TEACHER_A, fit__iterations=200)
+    assert main(store.command("--by-fit")) == 0
+    assert "fit.iterations=200:" in capsys.readouterr().out
+    assert main(store.command()) == 0
+    assert "fit.iterations" not in capsys.readouterr().out
+
+
+def test_throughput_is_ranked_higher_is_better_by_default(store: Store, capsys) -> None:
+    metric = "throughput_images_per_s"
+    store.log("euler", {metric: 10.0}, eval__device="cpu")
+    store.log("ipndm", {metric: 100.0}, eval__device="cpu")
+    code = main(store.command("--metric", metric))
+    out = capsys.readouterr().out
+    assert code == 0 and "higher is better" in out
+    ranked = [line.split()[2:4] for line in out.splitlines() if line.startswith("gmm ")]
+    assert ranked == [["1", "ipndm"], ["2", "euler"]]
+    assert "throughput_images_per_s against eval.device=cpu:" in out
+
+
+def test_each_group_is_headed_by_what_it_was_measured_against(store: Store) -> None:
+    store.log_rows(TWO_TEACHERS)
+    lines = format_leaderboard(store.board(), "rmse").splitlines()
+    head_a = f"rmse against teacher={TEACHER_A}, teacher.test_seeds={SEEDS}:"
+    head_b = f"rmse against teacher={TEACHER_B}, teacher.test_seeds={SEEDS}:"
+    assert head_a in lines and head_b in lines
+    block_a = lines[lines.index(head_a) + 1 : lines.index(head_a) + 3]
+    assert [line.split()[3] for line in block_a] == ["spanlift", "ipndm"]
+    block_b = lines[lines.index(head_b) + 1 : lines.index(head_b) + 3]
+    assert [line.split()[3] for line in block_b] == ["ipndm", "euler"]
+
+
+def test_only_recorded_params_are_named(store: Store) -> None:
+    store.log("ipndm", {"rmse": 0.1}, teacher=TEACHER_A)
+    text = format_leaderboard(store.board(), "rmse")
+    assert f"rmse against teacher={TEACHER_A}:" in text.splitlines()
+
+
+def test_a_metric_outside_the_catalogue_is_grouped_by_its_own_params(store: Store) -> None:
+    store.log("ipndm", {"hss": 0.9}, hss__threshold="0.5")
+    store.log("euler", {"hss": 0.1}, hss__threshold="1.0")
+    store.log("dyweight", {"hss": 0.5}, hss__threshold="1.0", teacher=TEACHER_A)
+    entries = store.board("hss", "max")
+    assert rankings(entries) == [("dyweight", "euler"), ("ipndm",)]
+    assert {e.scale for e in entries} == {"hss.threshold=0.5", "hss.threshold=1.0"}
+
+
+def test_csv_and_plot_keep_the_groups(store: Store, tmp_path: Path) -> None:
+    store.log_rows(TWO_TEACHERS)
+    entries = store.board()
+    csv = pd.read_csv(write_csv(entries, tmp_path / "board.csv"), keep_default_na=False)
+    assert set(csv["scale"]) == {
+        "",
+        f"teacher={TEACHER_A}, teacher.test_seeds={SEEDS}",
+        f"teacher={TEACHER_B}, teacher.test_seeds={SEEDS}",
+    }
+    assert csv[csv["solver"] == "euler"]["scale"].item().startswith(f"teacher={TEACHER_B}")
+    png = plot_leaderboard(entries, "rmse", tmp_path / "board.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
