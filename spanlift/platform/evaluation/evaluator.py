@@ -7,6 +7,7 @@ whichever actor draws it, and merged states do not depend on how seeds were spli
 and the LPIPS network load on first use: an evaluation loads only what its metrics need.
 """
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,10 @@ class Evaluator:
     @cached_property
     def image_reward(self) -> torch.nn.Module:
         return load_image_reward(self.setup.image_reward_weights, self.device)
+
+    def pid(self) -> int:
+        """This evaluator's process id: a test kills it to check that evaluations survive."""
+        return os.getpid()
 
     def identity(self) -> str:
         return self.detector.identity

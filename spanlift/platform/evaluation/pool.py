@@ -2,7 +2,9 @@
 
 Each actor loads the backbone and the detector once (`Evaluator`), is pinned to its share of CPU
 threads, and takes shards from an `ActorPool` until none are left; the driver merges the metric
-states that come back (`states.py`), so every metric is the same for 1 or N actors.
+states that come back (`states.py`), so every metric is the same for 1 or N actors. An actor
+whose process dies is restarted by Ray and its shard retried (`RESTARTS`); a shard's task returns
+one result however often it ran, so the pool still merges each shard once.
 """
 
 from collections.abc import Callable, Iterator, Sequence
@@ -21,13 +23,26 @@ from spanlift.platform.evaluation.states import merge_states
 from spanlift.solvers import SolverSpec
 
 SHARDS_PER_ACTOR = 4
+RESTARTS = 2
+"""Times Ray restarts an evaluator whose process died (OOM killer, lost node, segfault), and
+retries the shard it was scoring: a shard is a pure function of (spec, checkpoint, seeds), so a
+retry gives the same states, and one death costs a restart instead of the evaluation (and the
+sweep trial waiting on it). User errors raised by a shard are not retried (Ray retries actor
+tasks only when the actor dies, unless `retry_exceptions` is set)."""
 
 
 def start_evaluators(
     setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
 ) -> list:
-    """`count` evaluator actors; `options` go to Ray (a scheduling strategy, say)."""
-    remote = ray.remote(Evaluator).options(num_cpus=cpus, num_gpus=gpus, **options)
+    """`count` evaluator actors, restarted when they die; `options` go to Ray (a scheduling
+    strategy, say)."""
+    remote = ray.remote(Evaluator).options(
+        num_cpus=cpus,
+        num_gpus=gpus,
+        max_restarts=RESTARTS,
+        max_task_retries=RESTARTS,
+        **options,
+    )
     return [remote.remote(setup) for _ in range(count)]
 
 
@@ -35,13 +50,14 @@ def start_evaluators(
 def running_evaluators(
     setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
 ) -> Iterator[list]:
-    """Evaluator actors for the duration of a `with` block; killed on the way out, error or not."""
+    """Evaluator actors for the duration of a `with` block; killed on the way out, error or not,
+    for good: `no_restart` keeps Ray from bringing them back."""
     actors = start_evaluators(setup, count, cpus, gpus, **options)
     try:
         yield actors
     finally:
         for actor in actors:
-            ray.kill(actor)
+            ray.kill(actor, no_restart=True)
 
 
 def reduce_shards(
