@@ -48,10 +48,16 @@ def sweep_file(folder: Path, name: str, **changes: object) -> Path:
     return path
 
 
-def runs_of(folder: Path, experiment: str) -> list:
-    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+def configuration_runs(uri: str, experiment: str, query: str = "") -> list:
+    """The experiment's runs of configurations (not the sweep's parent run)."""
+    client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
-    return client.search_runs([found.experiment_id]) if found else []
+    runs = client.search_runs([found.experiment_id], query) if found else []
+    return [r for r in runs if r.data.tags.get("spanlift.command") != "sweep"]
+
+
+def runs_of(folder: Path, experiment: str) -> list:
+    return configuration_runs(f"sqlite:///{folder / 'mlflow.db'}", experiment)
 
 
 def summary(folder: Path, experiment: str) -> dict:
@@ -83,6 +89,31 @@ def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
     names = {a.path for a in client.list_artifacts(fitted.info.run_id)}
     assert "samples.png" in names and any(n.endswith(".pt") for n in names)
     assert {a.path for a in client.list_artifacts(analytic.info.run_id)} == {"samples.png"}
+
+
+def test_runs_follow_mlflow_conventions(smoke) -> None:
+    folder, _ = smoke
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("gmm-smoke")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("spanlift.command") == "sweep"]
+    assert parent.info.run_name == "sweep gmm-smoke" and parent.info.status == "FINISHED"
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {
+        "sweep.yaml",
+        "summary.json",
+    }
+    children = {r.info.run_name: r for r in runs if r is not parent}
+    assert set(children) == {"ipndm[order=3] nfe=3", "dyweight nfe=3"}
+    for child in children.values():
+        tags = child.data.tags
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["spanlift.sweep"] == "gmm-smoke" and tags["spanlift.trial_id"]
+        assert tags["mlflow.source.name"].startswith("spanlift sweep")
+        assert len(tags["spanlift.code_version"]) == 12
+    losses = client.get_metric_history(children["dyweight nfe=3"].info.run_id, "loss")
+    assert [m.step for m in losses] == list(range(20))  # one point per fit iteration
+    assert losses[-1].value < losses[0].value
 
 
 def test_teacher_is_generated_once_and_shared(smoke) -> None:

@@ -7,9 +7,8 @@ End to end on local Ray, through the command line, on the analytic Gaussian mixt
 from pathlib import Path
 
 import yaml
-from mlflow.tracking import MlflowClient
 
-from tests.test_sweep import spanlift, sweep_file
+from tests.test_sweep import configuration_runs, spanlift, sweep_file
 
 
 def dyweight_sweep(folder: Path, name: str, **fit: object) -> Path:
@@ -19,12 +18,6 @@ def dyweight_sweep(folder: Path, name: str, **fit: object) -> Path:
         solvers=[{"name": "dyweight", "nfe": 3}],
         fit={"iterations": 20, "batch_size": 16, **fit},
     )
-
-
-def only_run(uri: str, experiment: str):
-    client = MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    return client, run
 
 
 def test_changed_fit_settings_refit_and_runs_go_where_mlflow_tracking_uri_points(
@@ -37,14 +30,12 @@ def test_changed_fit_settings_refit_and_runs_go_where_mlflow_tracking_uri_points
     first = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2", env=env)
     assert first.returncode == 0, first.stdout + first.stderr
     assert not (tmp_path / "mlflow.db").exists()  # the variable wins over the default
-    _, before = only_run(store, "stale")
+    (before,) = configuration_runs(store, "stale")
 
     dyweight_sweep(tmp_path, "stale", iterations=60)  # the same file, a longer fit
     second = spanlift(tmp_path, "sweep", str(path), "--restart", "--num-cpus", "2", env=env)
     assert second.returncode == 0, second.stdout + second.stderr
-    client = MlflowClient(store)
-    experiment = client.get_experiment_by_name("stale").experiment_id
-    runs = client.search_runs([experiment], "attributes.status = 'FINISHED'")
+    runs = configuration_runs(store, "stale", "attributes.status = 'FINISHED'")
     after = next(r for r in runs if r.data.params["fit.iterations"] == "60")
     assert after.info.run_id != before.info.run_id
     assert after.data.metrics["fit_seconds"] > 0  # fitted again, not the 20-iteration weights

@@ -116,6 +116,7 @@ def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tu
             search_alg=searcher,
             num_samples=samples,
             max_concurrent_trials=concurrency,
+            reuse_actors=True,  # a trial's process (torch, Ray, spanlift imported) serves the next
             trial_name_creator=TrialName(config),
             trial_dirname_creator=TrialName(config, folder=True),
         ),
