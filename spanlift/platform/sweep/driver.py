@@ -25,6 +25,7 @@ from ray.tune.search.optuna import OptunaSearch
 from spanlift.errors import SettingsError
 from spanlift.platform.ray_runtime import TrialBundle, check_fits, start_ray
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.progress import console_settings, quiet_console, restore_console
 from spanlift.platform.sweep.teacher import prepare_teachers
 from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
 from spanlift.platform.tracking.runs import absolute_uri, connect, experiment_id
@@ -111,15 +112,20 @@ class TrialName:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) if self.folder else name
 
 
-def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tuner:
+def make_tuner(
+    context: SweepContext, resume: bool, concurrency: int, verbose: bool = False
+) -> tune.Tuner:
     config = context.config
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, context=context), {"cpu": config.resources.trial_cpu}
     )
     path = context.root / TUNE_NAME
-    if resume:
-        return tune.Tuner.restore(str(path), trainable, resume_errored=True)
     searcher, samples = SEARCHERS[config.algorithm](config)
+    console = console_settings(verbose, config, samples, concurrency)
+    if resume:
+        tuner = tune.Tuner.restore(str(path), trainable, resume_errored=True)
+        restore_console(tuner, console)
+        return tuner
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
@@ -133,6 +139,7 @@ def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tu
             name=TUNE_NAME,
             storage_path=str(context.root),
             failure_config=tune.FailureConfig(max_failures=config.resources.max_failures),
+            **console,
         ),
     )
 
@@ -172,9 +179,14 @@ def run_sweep(
     tracking_uri: str | None = None,
     storage: str | None = None,
     num_cpus: int | None = None,
+    verbose: bool = False,
 ) -> SweepSummary:
-    """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json."""
+    """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json.
+
+    The console shows one progress view; `verbose`: Ray's and Tune's own output instead."""
     start = time.perf_counter()
+    if not verbose:
+        quiet_console()
     # A trial reports its fit's loss curve before its metric exists; only the last result counts.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     config = load_sweep(path)
@@ -182,7 +194,7 @@ def run_sweep(
     experiment_id(connect(uri), config.experiment, create=True)
     root = sweep_root(config, storage)
     check_restart(root, resume, restart)
-    start_ray(address, root, num_cpus)
+    start_ray(address, root, num_cpus, verbose=verbose)
     config = with_gpu_choice(config)
     r = config.resources
     concurrency = check_fits(
@@ -190,7 +202,7 @@ def run_sweep(
     )
     teachers = prepare_teachers(config, root / "teacher")
     context = SweepContext(config, root, teachers, uri)
-    results = make_tuner(context, resume, concurrency).fit()
+    results = make_tuner(context, resume, concurrency, verbose).fit()
     summary = summarize(config, root, uri, results, start, teachers.generated)
     (root / "summary.json").write_text(summary.to_json())
     return summary
