@@ -150,6 +150,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         storage=args.storage,
         num_cpus=args.num_cpus,
         reuse_across_versions=args.reuse_across_versions,
+        verbose=args.verbose,
     )
     print(
         f"\nsweep {summary.experiment}: {summary.finished}/{summary.configurations} "
@@ -323,6 +324,11 @@ def parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--storage", help="results folder (default: the YAML's storage)")
     sweep.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+    sweep.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Ray's and Tune's full console output instead of the progress view",
+    )
     sweep.set_defaults(run=cmd_sweep)
 
     ev = sub.add_parser("eval", help="score one solver on parallel Ray evaluator actors")

@@ -74,7 +74,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
 
 def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
     folder, result = smoke
-    assert "2/2 trials finished" in result.stdout
+    assert "2/2 configurations finished" in result.stdout
     runs = {r.data.params["solver"]: r for r in runs_of(folder, "gmm-smoke")}
     assert set(runs) == {"ipndm", "dyweight"}
     assert all(r.info.status == "FINISHED" for r in runs.values())
@@ -153,7 +153,7 @@ def test_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(tmp_path: P
     path = sweep_file(tmp_path, "nan", fit={"iterations": 20, "lr": 1e30, "warmup": 0})
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     assert result.returncode == 1, result.stdout + result.stderr  # schedulers and CI notice
-    assert "1/2 trials finished" in result.stdout
+    assert "1/2 configurations finished" in result.stdout
     assert "failed: dyweight nfe=3" in result.stdout and "diverged" in result.stdout
     runs = {r.data.params["solver"]: r for r in runs_of(tmp_path, "nan")}
     assert runs["ipndm"].info.status == "FINISHED"
@@ -167,7 +167,7 @@ def test_tpe_sweep_samples_the_define_by_run_space(tmp_path: Path) -> None:
     path = sweep_file(tmp_path, "tpe", solvers=solvers, search=search)
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3/3 trials finished" in result.stdout
+    assert "3/3 configurations finished" in result.stdout
     runs = runs_of(tmp_path, "tpe")
     assert 1 <= len(runs) <= 3  # TPE may propose one configuration twice; MLflow keeps one run
     for run in runs:

@@ -6,6 +6,7 @@ bookkeeping queries its state API), temp files linked from the run folder. With 
 address (`auto` or `ray://...`) it joins that cluster as it is configured.
 """
 
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -44,17 +45,25 @@ def ray_address(address: str | None) -> str | None:
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
-def start_ray(address: str | None, workdir: Path, num_cpus: int | None = None) -> None:
+def start_ray(
+    address: str | None, workdir: Path, num_cpus: int | None = None, verbose: bool = True
+) -> None:
     """Join the cluster at `address`, or start a private local one whose files live in `workdir`.
 
-    `num_cpus` sizes a local Ray only; a cluster has the CPUs it has."""
+    `num_cpus` sizes a local Ray only; a cluster has the CPUs it has. Not `verbose`: the
+    workers' output stays in Ray's session logs instead of being forwarded to this console, and
+    Ray's own logging here shows warnings and errors only."""
     if ray.is_initialized():
         return
+    console = {
+        "log_to_driver": verbose,
+        "logging_level": logging.INFO if verbose else logging.WARNING,
+    }
     address = ray_address(address)
     if address:
         if num_cpus is not None:
             print(f"spanlift: joining the Ray cluster at {address}; --num-cpus is for a local Ray")
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, **console)
         return
     os.environ.update(LOCAL_AUTH)
     ray.init(
@@ -62,6 +71,7 @@ def start_ray(address: str | None, workdir: Path, num_cpus: int | None = None) -
         include_dashboard=True,
         _temp_dir=str(ray_temp_dir(workdir)),
         runtime_env={"env_vars": LOCAL_WORKER_ENV},
+        **console,
     )
 
 

@@ -26,6 +26,7 @@ from ray.tune.search.optuna import OptunaSearch
 from spanlift.platform.configuration import digest
 from spanlift.platform.ray_runtime import TrialBundle, check_fits, ray_address, start_ray
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.progress import console_settings, quiet_console, restore_console
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
 from spanlift.platform.sweep.teacher import prepare_teachers
@@ -101,15 +102,20 @@ class TrialName:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) if self.folder else name
 
 
-def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tuner:
+def make_tuner(
+    context: SweepContext, resume: bool, concurrency: int, verbose: bool = False
+) -> tune.Tuner:
     config = context.config
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, context=context), {"cpu": config.resources.trial_cpu}
     )
     path = context.root / TUNE_NAME
-    if resume:
-        return tune.Tuner.restore(str(path), trainable, resume_errored=True)
     searcher, samples = SEARCHERS[config.algorithm](config)
+    console = console_settings(verbose, config, samples, concurrency)
+    if resume:
+        tuner = tune.Tuner.restore(str(path), trainable, resume_errored=True)
+        restore_console(tuner, console)
+        return tuner
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
@@ -124,6 +130,7 @@ def make_tuner(context: SweepContext, resume: bool, concurrency: int) -> tune.Tu
             name=TUNE_NAME,
             storage_path=str(context.root),
             failure_config=tune.FailureConfig(max_failures=config.resources.max_failures),
+            **console,
         ),
     )
 
@@ -150,10 +157,15 @@ def run_sweep(
     storage: str | None = None,
     num_cpus: int | None = None,
     reuse_across_versions: bool = False,
+    verbose: bool = False,
 ) -> SweepSummary:
     """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json
-    and logged, with the validated sweep, to the sweep's parent MLflow run."""
+    and logged, with the validated sweep, to the sweep's parent MLflow run.
+
+    The console shows one progress view; `verbose`: Ray's and Tune's own output instead."""
     start = time.perf_counter()
+    if not verbose:
+        quiet_console()
     # The Train workers' loss reports reach Tune before the trial's metrics do. The search metric
     # is checked in the sweep file (`check_search_metric`) and in each trial's last report.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
@@ -163,7 +175,7 @@ def run_sweep(
     root = sweep_root(config, storage)
     check_restart(root, config, resume, restart)
     address = ray_address(address)
-    start_ray(address, root, num_cpus)
+    start_ray(address, root, num_cpus, verbose=verbose)
     config = with_gpu_choice(config)
     r = config.resources
     concurrency = check_fits(
@@ -175,7 +187,7 @@ def run_sweep(
     parent = open_sweep_run(runs, config, root, tags)
     context = SweepContext(config, root, teachers, uri, parent, reuse_across_versions, tags)
     try:
-        results = make_tuner(context, resume, concurrency).fit()
+        results = make_tuner(context, resume, concurrency, verbose).fit()
     except BaseException:
         runs.client.set_terminated(parent, "KILLED")
         raise
