@@ -29,7 +29,10 @@ def main() -> None:
             num_cpus=args.num_cpus,
         )
     compute, wall = summary.compute_seconds, summary.wall_seconds
-    print(f"\nsweep {summary.experiment}: {summary.finished}/{summary.trials} trials finished")
+    print(
+        f"\nsweep {summary.experiment}: {summary.finished}/{summary.configurations} "
+        f"configurations finished, {len(summary.failed)} failed"
+    )
     print(f"wall time                      {wall:8.1f} s")
     print(f"in-trial compute (fit + eval)  {compute:8.1f} s")
     print(f"wall / compute                 {wall / max(compute, 1e-9):8.2f}")
