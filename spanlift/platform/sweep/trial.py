@@ -195,18 +195,20 @@ class Fitted:
         return {"fit_seconds": self.seconds, "fit_resumed_from": float(self.resumed_from)}
 
 
-def fitted_path(spec: SolverSpec, context: SweepContext) -> Path:
-    """Where the fitted `spec` is cached: named by its fit key and the code version."""
+def fitted_path(spec: SolverSpec, context: SweepContext, version: str | None = None) -> Path:
+    """Where the fitted `spec` is cached: named by its fit key and the code version (`*`: any)."""
     key = configuration(spec, context).fit_key()
-    return context.fitted / f"{spec.name}-nfe{spec.nfe}-{key}-{code_version()}.pt"
+    return context.fitted / f"{spec.name}-nfe{spec.nfe}-{key}-{version or code_version()}.pt"
 
 
 def cached_fit(spec: SolverSpec, context: SweepContext) -> Path | None:
     """A cached fit of `spec`: this code version's, or any version's when reuse is allowed."""
     path = fitted_path(spec, context)
-    if path.exists() or not context.reuse_across_versions:
-        return path if path.exists() else None
-    return next(iter(sorted(path.parent.glob(path.name.rsplit("-", 1)[0] + "-*.pt"))), None)
+    if path.exists():
+        return path
+    if not context.reuse_across_versions:
+        return None
+    return next(iter(sorted(context.fitted.glob(fitted_path(spec, context, "*").name))), None)
 
 
 def fitted_checkpoint(spec: SolverSpec, context: SweepContext, backbone: Backbone) -> Fitted:
