@@ -161,7 +161,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"failed: {failure}")
     if summary.remaining:
         print(
-            f"interrupted: {summary.remaining} configurations remain; continue with:\n"
+            f"interrupted: {summary.remaining} of {summary.configurations} configurations "
+            "remain; continue with:\n"
             f"  spanlift sweep {args.file} --resume"
         )
         return EXIT_INTERRUPTED
