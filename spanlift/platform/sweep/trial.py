@@ -159,7 +159,7 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         extra_metrics, extra_params = evaluation_metrics(spec, fitted.path, context, backbone)
         with tempfile.TemporaryDirectory() as folder:
             grid = save_sample_grid(samples, Path(folder) / "samples.png")
-            diagnostics, ratio = trial_diagnostics(spec, fitted.path, context, Path(folder))
+            diagnostics, ratio = trial_diagnostics(spec, fitted.path, context, backbone, folder)
             metrics = {**metrics, **fitted.metrics(), **extra_metrics, **ratio}
             runs.finish(
                 run_id,
@@ -266,16 +266,19 @@ def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> Fitt
 
 
 def trial_diagnostics(
-    spec: SolverSpec, checkpoint: Path | None, context: SweepContext, folder: Path
+    spec: SolverSpec,
+    checkpoint: Path | None,
+    context: SweepContext,
+    backbone: Backbone,
+    folder: str,
 ) -> tuple[list[Path], dict[str, float]]:
     """Per-step SpanLift diagnostics (CSV + PNG) when the YAML asks for them, and their mean
     out-of-span ratio as a metric; ([], {}) otherwise."""
     config = context.config
     if "diagnostics" not in config.evaluation.metrics or spec.name != "spanlift":
         return [], {}
-    backbone = context.backbone()
     solver = load_solver(spec, checkpoint, backbone)
-    table, files = write_diagnostics(solver, backbone, folder, "spanlift")
+    table, files = write_diagnostics(solver, backbone, Path(folder), "spanlift")
     ratio = float(table["out_of_span"].mean())
     return files, ({"out_of_span_ratio": ratio} if math.isfinite(ratio) else {})
 
