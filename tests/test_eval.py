@@ -1,5 +1,5 @@
-"""Sample metrics on Ray evaluator actors: the same FID and LPIPS for 1, 2 or 3 actors, cached
-references, `spanlift eval` into MLflow, LPIPS reported unavailable without weights, bad input."""
+"""Sample metrics on Ray evaluator tasks: the same FID and LPIPS for 1, 2 or 3 shards at once,
+cached references, `spanlift eval` into MLflow, LPIPS reported unavailable without weights, bad input."""
 
 import os
 import subprocess
@@ -14,10 +14,10 @@ import torchvision
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import CacheError
-from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.fid import reference_moments
 from spanlift.platform.evaluation.frechet import frechet_distance
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet, load_reference, save_reference
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
@@ -50,7 +50,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> EvaluatorSetup:
     return EvaluatorSetup("digits", "digits", cache, threads=1, lpips_weights=alexnet)
 
 
-def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_ray, setup) -> None:
+def test_fid_and_lpips_over_1_2_3_parallel_shards_equal_the_single_process_values(
+    local_ray, setup
+) -> None:
     evaluator = Evaluator(setup)
     reference = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
     single = evaluator.solver_states(SPEC, None, SEEDS, ("fid", "lpips"))
@@ -59,11 +61,9 @@ def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_r
     assert single["lpips"].count == len(SEEDS) and single["lpips"].mean > 0
     assert single["sampling"].count == len(SEEDS) and single["sampling"].total > 0
     for count in (1, 2, 3):
-        actors = pool.start_evaluators(setup, count, cpus=0.5)
-        merged = pool.solver_states(actors, SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
-        dataset = pool.image_moments(actors, evaluator.backbone.reference_images(), "dataset")
-        for actor in actors:
-            ray.kill(actor)
+        pool = EvaluatorPool(setup, count, cpus=0.5)
+        merged = pool.solver_states(SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
+        dataset = pool.image_moments(evaluator.backbone.reference_images(), "dataset")
         assert merged["fid"].count == len(SEEDS) and dataset["fid"].count == reference.count
         # Merging is exact (test_frechet: 1e-9); what remains is float32 rounding of the model
         # and detector, which differs by batch size (batches of ≤ 13 images: 4.8e-6 relative).
@@ -73,16 +73,15 @@ def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_r
 
 
 def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, setup) -> None:
-    actors = pool.start_evaluators(setup, 1, cpus=0.5)
-    identity = ray.get(actors[0].identity.remote())
-    first = reference_moments(actors, setup, ReferenceSet("dataset"), identity)
+    pool = EvaluatorPool(setup, 1, cpus=0.5)
+    identity = pool.call("identity")
+    first = reference_moments(pool, ReferenceSet("dataset"), identity)
     files = list(setup.cache_dir.glob("reference-*.npz"))
     assert len(files) == 1
     stamp = files[0].stat().st_mtime_ns
-    again = reference_moments(actors, setup, ReferenceSet("dataset"), identity)
+    again = reference_moments(pool, ReferenceSet("dataset"), identity)
     assert files[0].stat().st_mtime_ns == stamp and again.count == first.count
-    report = evaluate_samples(actors, setup, SPEC, None, 80, ("fid",), ReferenceSet("dataset"))
-    ray.kill(actors[0])
+    report = evaluate_samples(pool, SPEC, None, 80, ("fid",), ReferenceSet("dataset"))
     result = report.fid
     assert result.detector == identity and result.reference == "dataset" and result.fid > 0
     assert "lpips" not in report.means and report.metrics()["throughput_images_per_s"] > 0

@@ -1,14 +1,16 @@
 """One evaluator: a backbone and its metric networks loaded once, turning seed shards into
 mergeable metric states.
 
-A plain class so it runs in-process as well as as a Ray actor (`pool.py` wraps it). Samples of a
-shard are generated from the seeds' own noise (`seed_noise`), so a seed gives the same sample
-whichever actor draws it, and merged states do not depend on how seeds were split. The detector
-and the LPIPS network load on first use: an evaluation loads only what its metrics need.
+A plain class, so it runs in-process as well as in the Ray tasks of `pool.py`, which keep one per
+process (`evaluator_for`): a sweep's trials then share the evaluators earlier shards loaded.
+Samples of a shard are generated from the seeds' own noise (`seed_noise`), so a seed gives the same
+sample whichever process draws it, and merged states do not depend on how seeds were split. The
+detector and the LPIPS network load on first use: an evaluation loads only what its metrics need.
 """
 
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,14 +20,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from spanlift.backbones import load_backbone
+from spanlift.backbones.loaded import loaded_backbone
 from spanlift.platform.evaluation.detectors import Detector, load_detector
 from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
 from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
 from spanlift.platform.evaluation.states import MeanState, merge_states
+from spanlift.platform.fitting.compare import score
 from spanlift.platform.fitting.fit import rollout
-from spanlift.platform.fitting.teacher import DEFAULT_TEACHER, seed_noise
+from spanlift.platform.fitting.teacher import DEFAULT_TEACHER, read_teacher, seed_noise
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver
 
@@ -37,7 +40,7 @@ class EvaluatorSetup:
     """What every evaluator of one evaluation loads: backbone, detector, cache, CPU threads."""
 
     backbone: str
-    detector: str
+    detector: str  # "": the backbone's own FID detector
     cache_dir: Path
     backbone_options: dict[str, Any] = field(default_factory=dict)
     detector_weights: Path | None = None
@@ -54,14 +57,13 @@ class Evaluator:
             torch.set_num_threads(setup.threads)
         self.setup = setup
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.backbone = load_backbone(setup.backbone, **setup.backbone_options).to(self.device)
+        self.backbone = loaded_backbone(setup.backbone, setup.backbone_options).to(self.device)
 
     @cached_property
     def detector(self) -> Detector:
         setup = self.setup
-        return load_detector(setup.detector, setup.cache_dir, setup.detector_weights).to(
-            self.device
-        )
+        name = setup.detector or self.backbone.fid_detector
+        return load_detector(name, setup.cache_dir, setup.detector_weights).to(self.device)
 
     @cached_property
     def teacher(self) -> torch.nn.Module:
@@ -126,6 +128,17 @@ class Evaluator:
             parts.append(part)
         return merge_states(parts)
 
+    @torch.no_grad()
+    def score(
+        self, spec: SolverSpec, checkpoint: Path | None, test: Path, images: int
+    ) -> tuple[dict[str, float], dict[str, Tensor]]:
+        """Endpoint RMSE against the teacher set in folder `test`, latency per image, and the
+        first `images` samples of teacher and solver (uint8) for a sample grid."""
+        start = time.perf_counter()
+        solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
+        result, samples = score(solver, self.backbone, read_teacher(test), images, self.device)
+        return {**result.metrics(), "eval_seconds": time.perf_counter() - start}, samples
+
     def timed_rollout(self, solver: torch.nn.Module, noise: Tensor) -> tuple[float, Tensor]:
         """Wall seconds of one batched rollout on this evaluator's device, and its endpoints."""
         synchronize = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
@@ -143,3 +156,21 @@ class Evaluator:
             for batch in images.split(self.setup.batch_size)
         ]
         return {"fid": merge_all(parts)}
+
+
+KEPT = 2
+"""Evaluators kept per process (a sweep uses one setup; the least recently used goes beyond)."""
+
+_EVALUATORS: OrderedDict[str, Evaluator] = OrderedDict()
+
+
+def evaluator_for(setup: EvaluatorSetup) -> Evaluator:
+    """This process's evaluator for `setup`, created on first use (its backbone from
+    `loaded_backbone`, so loads are counted there)."""
+    key = repr(setup)
+    if key not in _EVALUATORS:
+        _EVALUATORS[key] = Evaluator(setup)
+        while len(_EVALUATORS) > KEPT:
+            _EVALUATORS.popitem(last=False)
+    _EVALUATORS.move_to_end(key)
+    return _EVALUATORS[key]

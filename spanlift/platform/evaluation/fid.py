@@ -9,11 +9,10 @@ dataset, or teacher samples from seeds disjoint from the evaluated ones.
 from dataclasses import dataclass
 from typing import Any
 
-from spanlift.backbones import load_backbone
+from spanlift.backbones.loaded import loaded_backbone
 from spanlift.errors import SettingsError
-from spanlift.platform.evaluation import pool
-from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.frechet import FeatureMoments
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import (
     ReferenceSet,
     load_reference,
@@ -37,10 +36,11 @@ class FidResult:
 
 
 def reference_moments(
-    actors: list, setup: EvaluatorSetup, reference: ReferenceSet, detector: str
+    pool: EvaluatorPool, reference: ReferenceSet, detector: str
 ) -> FeatureMoments:
-    """Load the reference statistics, or compute them on the actors and cache them."""
-    backbone = load_backbone(setup.backbone, **setup.backbone_options)
+    """Load the reference statistics, or compute them on the pool's evaluators and cache them."""
+    setup = pool.setup
+    backbone = loaded_backbone(setup.backbone, setup.backbone_options)
     path = reference_path(setup.cache_dir, detector, backbone.identity(), reference)
     if path.is_file():
         return load_reference(path, detector)
@@ -50,9 +50,9 @@ def reference_moments(
             raise SettingsError(
                 f"reference: backbone {setup.backbone!r} ships no dataset; use reference teacher"
             )
-        moments = pool.image_moments(actors, images, "reference: dataset")["fid"]
+        moments = pool.image_moments(images, "reference: dataset")["fid"]
     else:
         seeds, desc = reference.seeds(), "reference: teacher"
-        moments = pool.solver_states(actors, reference.teacher, None, seeds, ("fid",), desc)["fid"]
+        moments = pool.solver_states(reference.teacher, None, seeds, ("fid",), desc)["fid"]
     save_reference(path, moments, detector)
     return moments

@@ -1,4 +1,4 @@
-"""`spanlift eval`: start Ray and the evaluator actors, compute the requested metrics, stop them,
+"""`spanlift eval`: start Ray, compute the requested metrics on evaluator tasks,
 and record the result as the configuration's MLflow run (one run per evaluated configuration)."""
 
 import math
@@ -13,10 +13,10 @@ from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
 from spanlift.files import file_sha256
 from spanlift.platform.configuration import Configuration, code_version
-from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.detectors import DETECTORS
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
@@ -127,11 +127,10 @@ def samples_on_actors(
     gpus = 1 if ray.available_resources().get("GPU", 0) >= request.evaluators else 0
     setup = replace(request.setup, threads=max(1, math.floor(cpus)))
     metrics = tuple(m for m in request.metrics if m in SAMPLE_METRICS)
-    with pool.running_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus) as actors:
-        return evaluate_samples(
-            actors, setup, request.spec, request.checkpoint, request.samples, metrics,
-            request.reference,
-        )  # fmt: skip
+    pool = EvaluatorPool(setup, request.evaluators, cpus=cpus, gpus=gpus)
+    return evaluate_samples(
+        pool, request.spec, request.checkpoint, request.samples, metrics, request.reference
+    )
 
 
 def open_tracking(tracking: Tracking | None) -> ConfigurationRuns | None:

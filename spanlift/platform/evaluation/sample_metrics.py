@@ -1,13 +1,13 @@
-"""A solver's sample metrics on evaluator actors, from one pass over its samples.
+"""A solver's sample metrics on evaluators, from one pass over its samples.
 
-Each actor samples its shards of seeds once and computes every requested metric on those samples;
+Each shard's samples are drawn once and every requested metric is computed on them;
 the driver merges the states and turns them into
 
     fid                     ‖μ_s − μ_r‖² + tr(Σ_s + Σ_r − 2 (Σ_s Σ_r)^{1/2})  (reference cached)
     lpips                   (1/N) Σ_n d(x_n, x_n^teacher), the teacher sampling the same seed n
     image_reward            (1/N) Σ_n r(x_n, prompt_n), prompt-conditioned backbones only
-    latency_ms_per_image    1000 · Σ sampling seconds / N   (per actor, batches of `batch_size`)
-    throughput_images_per_s N / wall seconds of the whole pass over all actors
+    latency_ms_per_image    1000 · Σ sampling seconds / N   (batches of `batch_size`)
+    throughput_images_per_s N / wall seconds of the whole pass over all shards
 
 A metric that cannot be computed here (LPIPS without AlexNet weights, ImageReward without its
 files or on a backbone without prompts) is left out and reported unavailable with the reason, in
@@ -19,16 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from spanlift.errors import MetricUnavailable
 from spanlift.files import file_sha256
-from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.fid import FidResult, reference_moments
 from spanlift.platform.evaluation.frechet import frechet_distance
 from spanlift.platform.evaluation.image_reward import check_package, image_reward_files
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, lpips_identity
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import FID_FIRST_SEED, ReferenceSet
 from spanlift.solvers import SolverSpec
 
@@ -102,8 +100,7 @@ def measures_of(
 
 
 def evaluate_samples(
-    actors: list,
-    setup: EvaluatorSetup,
+    pool: EvaluatorPool,
     spec: SolverSpec,
     checkpoint: Path | None,
     samples: int,
@@ -112,16 +109,16 @@ def evaluate_samples(
 ) -> SampleReport:
     """`metrics` (of SAMPLE_METRICS) of `samples` samples of the solver, seeds from FID_FIRST_SEED,
     with the latency and throughput of the sampling itself."""
-    prompted = "image_reward" in metrics and ray.get(actors[0].prompted.remote())
-    measures, unavailable = measures_of(metrics, setup, prompted)
+    prompted = "image_reward" in metrics and pool.call("prompted")
+    measures, unavailable = measures_of(metrics, pool.setup, prompted)
     wanted = tuple(m for m in metrics if m not in unavailable)
     ref = None
     if "fid" in wanted:
-        detector = ray.get(actors[0].identity.remote())
-        ref = reference_moments(actors, setup, reference, detector)
+        detector = pool.call("identity")
+        ref = reference_moments(pool, reference, detector)
     seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + samples))
     start = time.perf_counter()
-    states = pool.solver_states(actors, spec, checkpoint, seeds, wanted, label(spec))
+    states = pool.solver_states(spec, checkpoint, seeds, wanted, label(spec))
     wall = time.perf_counter() - start
     fid = None
     if ref is not None:
@@ -130,7 +127,7 @@ def evaluate_samples(
         )
     return SampleReport(
         samples=samples,
-        device=ray.get(actors[0].device_name.remote()),
+        device=pool.call("device_name"),
         latency_ms_per_image=1000 * states["sampling"].mean,
         throughput_images_per_s=samples / wall,
         fid=fid,

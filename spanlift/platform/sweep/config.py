@@ -68,7 +68,7 @@ class Resources:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    """Metrics beyond the endpoint error, computed by evaluator actors after each trial's fit."""
+    """Metrics beyond the endpoint error, computed on evaluator tasks after each trial's fit."""
 
     metrics: tuple[str, ...] = ()
     samples: int = 1000

@@ -224,6 +224,7 @@ def close_sweep_run(
         "configurations_remaining": summary.remaining,
         "wall_seconds": summary.wall_seconds,
         "compute_seconds": summary.compute_seconds,
+        "model_loads": summary.model_loads,
     }
     runs.finish(run_id, metrics, [root / SWEEP_FILE, root / "summary.json"])
     if summary.remaining or summary.failed:

@@ -25,6 +25,8 @@ class SweepSummary:
     wall_seconds: float
     compute_seconds: float
     teacher_generations: int
+    model_loads: int = 0
+    """Backbone loads by the trials and their evaluator tasks (Train workers load their own)."""
     best: dict[str, Any] = field(default_factory=dict)
     """The best finished configuration by the search metric: its name and value."""
 
@@ -69,10 +71,9 @@ def summarize(
         for r in results
         if r.error
     ]
+    ran = [r for r in finished if not r.metrics.get("reused")]
     compute = sum(
-        r.metrics.get("fit_seconds", 0.0) + r.metrics.get("eval_seconds", 0.0)
-        for r in finished
-        if not r.metrics.get("reused")
+        r.metrics.get("fit_seconds", 0.0) + r.metrics.get("eval_seconds", 0.0) for r in ran
     )
     return SweepSummary(
         experiment=config.experiment,
@@ -85,5 +86,6 @@ def summarize(
         wall_seconds=time.perf_counter() - start,
         compute_seconds=compute,
         teacher_generations=generations,
+        model_loads=int(sum(r.metrics.get("model_loads", 0.0) for r in ran)),
         best=best_of(finished, config),
     )

@@ -1,8 +1,12 @@
 """One sweep trial: fit the configuration on Ray Train if it learns, score it, record it in MLflow.
 
     configuration ──(finished run of this code version in MLflow?)── yes → report its metrics
-                  └─ no → fit (TorchTrainer, resumable) → evaluate (Ray task, evaluator actors)
+                  └─ no → fit (TorchTrainer, resumable) → score and evaluate (evaluator tasks)
                           → MLflow child run of the sweep's run → every metric to Tune
+
+The backbone is loaded once per process (`loaded_backbone`): the trial process is reused by Tune
+(`reuse_actors`) and the evaluator tasks' processes by Ray, so a sweep loads it about once per
+process, not once per trial; each trial reports the loads it caused as `model_loads`.
 
 Fitted solvers are also kept under `<sweep>/fitted/`, named by their fit key (everything that
 produced the weights) and the code version, so a SpanLift trial finds its fitted DyWeight base
@@ -13,31 +17,27 @@ weights.
 import math
 import shutil
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
-import torch
 from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from spanlift.backbones import Backbone, load_backbone
+from spanlift.backbones import Backbone
+from spanlift.backbones.loaded import backbone_loads, loaded_backbone
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.files import atomic_write
 from spanlift.platform.configuration import Configuration, code_version
-from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_grid import save_sample_grid
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
-from spanlift.platform.fitting.compare import score
-from spanlift.platform.fitting.teacher import read_teacher
 from spanlift.platform.sweep.config import SweepConfig
 from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
 from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
@@ -74,7 +74,8 @@ class SweepContext:
         return self.root / "fitted"
 
     def backbone(self) -> Backbone:
-        return load_backbone(self.config.backbone, **self.config.backbone_options)
+        """The sweep's backbone as loaded in this process."""
+        return loaded_backbone(self.config.backbone, self.config.backbone_options)
 
 
 def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
@@ -149,18 +150,21 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         return
     if earlier and earlier.failure:  # deterministic: a diverged fit diverges again
         raise TrainingDivergedError(earlier.failure)
+    loads_before = backbone_loads()
     backbone = context.backbone()
     nfe = load_solver(spec, None, backbone).nfe
     run_id = runs.open(key, run_name(spec, nfe), run_params(spec, nfe, context), run_tags(context))
     try:
         fitted = fitted_checkpoint(spec, context, backbone)
-        task = evaluate_task(config).remote(spec, fitted.path, config, context.teachers.test)
-        metrics, samples = ray.get(task)
-        extra_metrics, extra_params = evaluation_metrics(spec, fitted.path, context, backbone)
+        evaluators = evaluator_pool(context)
+        test = context.teachers.test
+        metrics, samples = evaluators.call("score", spec, fitted.path, test, GRID_IMAGES)
+        extra_metrics, extra_params = evaluation_metrics(spec, fitted.path, context, evaluators)
+        loads = {"model_loads": float(backbone_loads() - loads_before + evaluators.loads)}
         with tempfile.TemporaryDirectory() as folder:
             grid = save_sample_grid(samples, Path(folder) / "samples.png")
             diagnostics, ratio = trial_diagnostics(spec, fitted.path, context, backbone, folder)
-            metrics = {**metrics, **fitted.metrics(), **extra_metrics, **ratio}
+            metrics = {**metrics, **fitted.metrics(), **extra_metrics, **ratio, **loads}
             runs.finish(
                 run_id,
                 metrics,
@@ -283,19 +287,15 @@ def trial_diagnostics(
     return files, ({"out_of_span_ratio": ratio} if math.isfinite(ratio) else {})
 
 
-def evaluation_metrics(
-    spec: SolverSpec, checkpoint: Path | None, context: SweepContext, backbone: Backbone
-) -> tuple[dict[str, float], dict[str, str]]:
-    """The YAML's sample metrics (FID, LPIPS) on evaluator actors, each with a Train worker's
-    resources and placed outside the trial's placement group; ({}, {}) when none are asked."""
+def evaluator_pool(context: SweepContext) -> EvaluatorPool:
+    """The sweep's evaluators: every trial's scoring and sample metrics run as tasks with one
+    Train worker's resources (its GPU when the sweep has one), placed outside the trial's small
+    placement group as the Train workers are, on processes that keep what they loaded."""
     config = context.config
     evaluation, resources = config.evaluation, config.resources
-    metrics = tuple(m for m in evaluation.metrics if m in SAMPLE_METRICS)
-    if not metrics:
-        return {}, {}
     setup = EvaluatorSetup(
         config.backbone,
-        evaluation.detector or backbone.fid_detector,
+        evaluation.detector or "",
         context.root / "eval-cache",
         config.backbone_options,
         threads=max(1, int(resources.worker_cpu)),
@@ -303,45 +303,26 @@ def evaluation_metrics(
         image_reward_weights=evaluation.image_reward_weights,
         teacher=config.teacher.solver,
     )
-    reference = ReferenceSet(
-        evaluation.reference, evaluation.reference_samples, config.teacher.solver
-    )
-    with pool.running_evaluators(
+    return EvaluatorPool(
         setup,
-        evaluation.evaluators,
+        parallel=evaluation.evaluators,
         cpus=resources.worker_cpu,
         gpus=1 if resources.use_gpu else 0,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
-    ) as actors:
-        report = evaluate_samples(
-            actors, setup, spec, checkpoint, evaluation.samples, metrics, reference
-        )
-    return report.metrics(), report.params()
-
-
-def evaluate_task(config: SweepConfig) -> Any:
-    """`evaluate` as a Ray task with one Train worker's resources (its GPU when the sweep has one).
-
-    It is placed outside the trial's own small placement group, as the Train workers are.
-    """
-    resources = config.resources
-    return ray.remote(evaluate).options(
-        num_cpus=resources.worker_cpu,
-        num_gpus=1 if resources.use_gpu else 0,
-        max_retries=2,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
+        options={"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)},
     )
 
 
-@torch.no_grad()
-def evaluate(
-    spec: SolverSpec, checkpoint: Path | None, config: SweepConfig, test: Path
-) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-    """Endpoint RMSE against the teacher's test set, latency per image, and sample images
-    (teacher's and the solver's, uint8) for the grid artifact."""
-    start = time.perf_counter()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    backbone = load_backbone(config.backbone, **config.backbone_options).to(device)
-    solver = load_solver(spec, checkpoint, backbone).to(device)
-    result, images = score(solver, backbone, read_teacher(test), GRID_IMAGES, device)
-    return {**result.metrics(), "eval_seconds": time.perf_counter() - start}, images
+def evaluation_metrics(
+    spec: SolverSpec, checkpoint: Path | None, context: SweepContext, evaluators: EvaluatorPool
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The YAML's sample metrics (FID, LPIPS, ImageReward) on the sweep's evaluators; ({}, {})
+    when none are asked."""
+    evaluation = context.config.evaluation
+    metrics = tuple(m for m in evaluation.metrics if m in SAMPLE_METRICS)
+    if not metrics:
+        return {}, {}
+    reference = ReferenceSet(
+        evaluation.reference, evaluation.reference_samples, context.config.teacher.solver
+    )
+    report = evaluate_samples(evaluators, spec, checkpoint, evaluation.samples, metrics, reference)
+    return report.metrics(), report.params()

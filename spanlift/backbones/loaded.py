@@ -1,0 +1,37 @@
+"""Backbones loaded once per process.
+
+A sweep runs its trials and evaluation tasks in processes Ray keeps and reuses, so a backbone
+loaded by one trial or shard is there for the next: `loaded_backbone` returns the process's copy,
+and `backbone_loads` counts the loads this process really did (a sweep reports their sum as its
+model loads). The copy is shared: callers may move it to their device but never change it.
+"""
+
+import json
+from collections import OrderedDict
+
+from spanlift.backbones import Backbone, load_backbone
+
+KEPT = 2
+"""Backbones kept per process (a sweep uses one; the least recently used goes beyond this)."""
+
+_LOADED: OrderedDict[str, Backbone] = OrderedDict()
+_LOADS = 0
+
+
+def loaded_backbone(name: str, options: dict[str, object] | None = None) -> Backbone:
+    """This process's `load_backbone(name, **options)`, loaded on first use."""
+    global _LOADS
+    options = options or {}
+    key = json.dumps([name, options], sort_keys=True, default=str)
+    if key not in _LOADED:
+        _LOADED[key] = load_backbone(name, **options)
+        _LOADS += 1
+        while len(_LOADED) > KEPT:
+            _LOADED.popitem(last=False)
+    _LOADED.move_to_end(key)
+    return _LOADED[key]
+
+
+def backbone_loads() -> int:
+    """Backbone loads this process did so far."""
+    return _LOADS
