@@ -1,7 +1,7 @@
 """Evaluation throughput and FID of the solvers on the digits backbone.
 
-1. Images per second of FID feature extraction with 1 and 2 shards at a time (each task pinned
-   to its share of CPU threads), for the digits detector and for Inception on a subset.
+1. Images per second of FID feature extraction on 1 and 2 evaluator actors (each pinned to its
+   share of CPU threads), for the digits detector and for Inception on a subset.
 2. FID (against the 1 797 digits) of every solver at each NFE, with the digits detector or with
    Inception (`--detector inception`, on fewer samples), learned solvers fitted first by endpoint
    teacher matching (SpanLift on a fitted DyWeight base).
@@ -21,7 +21,7 @@ from solver_quality import SOLVERS  # the same solvers, labels and settings
 
 from spanlift.backbones import load_backbone
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.pool import EvaluatorPool
+from spanlift.platform.evaluation.pool import running_evaluators, start_evaluators
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.fitting.compare import compare
@@ -31,15 +31,14 @@ from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
 
 
-def throughput(setup: EvaluatorSetup, images: torch.Tensor, parallel: int, cpus: int) -> float:
-    """Images/s of detector features over `images`, `parallel` shards at a time (after a warm-up
-    that loads the detector in the processes)."""
-    setup = replace(setup, threads=max(1, cpus // parallel))
-    pool = EvaluatorPool(setup, parallel, cpus=cpus / parallel)
-    pool.image_moments(images[: 8 * parallel], "warm-up")
-    start = time.perf_counter()
-    pool.image_moments(images, f"{setup.detector} x{parallel}")
-    return len(images) / (time.perf_counter() - start)
+def throughput(setup: EvaluatorSetup, images: torch.Tensor, actors: int, cpus: int) -> float:
+    """Images/s of detector features over `images` on `actors` actors (after a warm-up)."""
+    setup = replace(setup, threads=max(1, cpus // actors))
+    with running_evaluators(setup, actors, cpus=cpus / actors) as pool:
+        pool.image_moments(images[: 2 * actors], "warm-up")
+        start = time.perf_counter()
+        pool.image_moments(images, f"{setup.detector} x{actors}")
+        return len(images) / (time.perf_counter() - start)
 
 
 def fitted_specs(
@@ -61,15 +60,15 @@ def fitted_specs(
 
 
 def print_throughput(images: torch.Tensor, cache: Path, args: argparse.Namespace) -> None:
-    print(f"\nfeature extraction, images/s ({args.num_cpus} CPUs shared by the shards)")
+    print(f"\nfeature extraction, images/s ({args.num_cpus} CPUs shared by the actors)")
     for detector, count in (
         ("digits", args.throughput_images),
         ("inception", args.inception_images),
     ):
         setup = EvaluatorSetup("digits", detector, cache)
-        for parallel in (1, 2):
-            rate = throughput(setup, images[:count], parallel, args.num_cpus)
-            print(f"  {detector:<10} {parallel} at a time, {count} images: {rate:8.1f} images/s")
+        for actors in (1, 2):
+            rate = throughput(setup, images[:count], actors, args.num_cpus)
+            print(f"  {detector:<10} {actors} actor(s), {count} images: {rate:8.1f} images/s")
 
 
 def main() -> None:
@@ -96,7 +95,7 @@ def main() -> None:
 
     print(f"\nFID ({args.detector} detector vs the digits dataset), {args.samples} samples each")
     print(f"learned solvers fitted with loss {args.loss}, {args.iterations} iterations")
-    pool = EvaluatorPool(scoring, args.num_cpus, cpus=1)
+    pool = start_evaluators(scoring, args.num_cpus, cpus=1)
     table, latency, rates = {}, {}, {}
     for nfe in args.nfe:
         for label, checkpoint, spec in fitted_specs(
@@ -113,7 +112,7 @@ def main() -> None:
     print(f"detector {result.detector}, reference {result.reference}")
     print_table("sampling latency, ms per image (batches of 256)", latency, args.nfe, "9.3f")
     print_table(
-        f"evaluation pass, images/s, {args.num_cpus} shards at a time (sampling + scoring)",
+        f"evaluation pass, images/s over {args.num_cpus} actors (sampling + scoring)",
         rates,
         args.nfe,
         "9.1f",

@@ -21,10 +21,10 @@ runs them. One row per fault:
    interrupted fit did twice, and the exit code of the resume.
 3. Ctrl-C: SIGINT to the sweep's process group, as a terminal sends it; the sweep must exit 130
    and print how many configurations remain; then --resume, checked as in 2.
-4. evaluator SIGKILL: the evaluator processes are killed mid-FID, when the first of 8 shards
-   arrives (local Ray, digits backbone, euler NFE 3, 96 samples, 2 shards at a time). Lost: the
-   seconds the evaluation took beyond an undisturbed one. Redone: the shard in flight, rerun by
-   Ray in a new process; the FID must equal the undisturbed one and count every sample once.
+4. evaluator SIGKILL: one of two evaluator actors is killed mid-FID (local Ray, digits backbone,
+   euler NFE 3, 96 samples in 8 shards). Lost: the seconds the evaluation took beyond an
+   undisturbed one. Redone: the shards the actor had, on its restarted process; the FID must
+   equal the undisturbed one and count every sample once.
 5. NaN fit: a 2-configuration sweep whose DyWeight fit diverges (lr 1e30, no warm-up). The
    diverging configuration must be FAILED in MLflow with its reason in the `spanlift.failure`
    tag, the other FINISHED, and the sweep must exit 1. Redone: fits of the diverged
@@ -63,7 +63,7 @@ from spanlift.backbones import load_backbone
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
-from spanlift.platform.evaluation.pool import EvaluatorPool
+from spanlift.platform.evaluation.pool import EvaluatorPool, running_evaluators
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.sweep.train_worker import STATE_FILE
 from spanlift.platform.tracking.runs import FAILURE_TAG, KEY_TAG
@@ -503,16 +503,15 @@ def sigint(folder: Path) -> Row:
 
 
 FID_SPEC = SolverSpec("euler", nfe=3)
-FID_SEEDS = list(range(96))  # 2 at a time × 4 shards of 12 samples
+FID_SEEDS = list(range(96))  # 2 actors × 4 shards of 12 samples
 
 
 class KillOnFirstShard:
-    """Stands in for the evaluator pool's progress bar and SIGKILLs the processes `pids` when the
-    first shard is merged: the next shard is then running in one of them, so the kill lands
-    mid-run."""
+    """Stands in for the evaluator pool's progress bar and SIGKILLs `pid` when the first shard
+    is merged: the other shards are then in flight or queued, so the kill lands mid-run."""
 
-    def __init__(self, pids: set[int]) -> None:
-        self.pids = pids
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
         self.killed_at: float | None = None
 
     def __call__(self, *args: object, **kwargs: object) -> "KillOnFirstShard":
@@ -526,8 +525,7 @@ class KillOnFirstShard:
 
     def update(self, count: int) -> None:
         if self.killed_at is None:
-            for pid in self.pids:
-                os.kill(pid, signal.SIGKILL)
+            os.kill(self.pid, signal.SIGKILL)
             self.killed_at = time.perf_counter()
 
 
@@ -549,20 +547,20 @@ def timed_fid(evaluators: EvaluatorPool, reference: FeatureMoments) -> tuple[flo
 
 
 def evaluator_sigkill(folder: Path) -> Row:
-    """4. evaluator process SIGKILL mid-FID"""
+    """4. evaluator actor SIGKILL mid-FID"""
     start_ray(None, folder, num_cpus=2)
     try:
         setup = EvaluatorSetup("digits", "digits", folder / "cache", threads=1)
-        first = EvaluatorPool(setup, 2, cpus=0.5)
-        images = load_backbone("digits").reference_images()
-        reference = first.image_moments(images, "reference")["fid"]
-        expected, _, undisturbed = timed_fid(first, reference)
-        disturbed_pool = EvaluatorPool(setup, 2, cpus=0.5)
-        killer = KillOnFirstShard(first.processes)
-        with progress_bar(killer):
-            fid, count, disturbed = timed_fid(disturbed_pool, reference)
-        recovery = time.perf_counter() - (killer.killed_at or 0.0)
-        replaced = bool(disturbed_pool.processes - first.processes)
+        with running_evaluators(setup, 2, cpus=0.5) as evaluators:
+            images = load_backbone("digits").reference_images()
+            reference = evaluators.image_moments(images, "reference")["fid"]
+            expected, _, undisturbed = timed_fid(evaluators, reference)
+            victim = ray.get(evaluators.actors[1].pid.remote())
+            killer = KillOnFirstShard(victim)
+            with progress_bar(killer):
+                fid, count, disturbed = timed_fid(evaluators, reference)
+            recovery = time.perf_counter() - (killer.killed_at or 0.0)
+            restarted = ray.get(evaluators.actors[1].pid.remote()) != victim
     finally:
         ray.shutdown()
     row, difference = Row(), abs(fid - expected) / expected
@@ -571,10 +569,10 @@ def evaluator_sigkill(folder: Path) -> Row:
         f"undisturbed, {recovery:.2f} s from the kill to the last shard"
     )
     same = "identical" if fid == expected else f"equal within {difference:.1e} (merge order)"
-    row.redone = f"the shard in flight, rerun in a new process; FID {same}"
+    row.redone = f"the victim's shards, on its restarted process; FID {same}"
     row.duplicates = "n/a (no MLflow)"
     row.expect(killer.killed_at is not None, "the evaluator was never killed")
-    row.expect(replaced, "no new process took over from the killed ones")
+    row.expect(restarted, "the killed evaluator was not restarted")
     row.expect(count == len(FID_SEEDS), f"{count} samples counted, not {len(FID_SEEDS)}")
     row.expect(difference <= 1e-9, f"FID {fid} differs from the undisturbed {expected}")
     return row

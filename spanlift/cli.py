@@ -333,7 +333,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sweep.set_defaults(run=cmd_sweep)
 
-    ev = sub.add_parser("eval", help="score one solver on parallel Ray evaluator tasks")
+    ev = sub.add_parser("eval", help="score one solver on parallel Ray evaluator actors")
     ev.add_argument("--backbone", default="digits", help="registered backbone (default digits)")
     ev.add_argument("--solver", required=True, help="registered solver (see `spanlift solvers`)")
     ev.add_argument("--nfe", type=int, required=True, help="model evaluations the solver spends")
@@ -346,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
         help="comma-separated, of fid, lpips, image_reward, latency, diagnostics (default fid)",
     )
     ev.add_argument("--samples", type=int, default=10_000, help="samples scored (default 10000)")
-    ev.add_argument("--evaluators", type=int, default=2, help="shards scored at once (default 2)")
+    ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors (default 2)")
     ev.add_argument("--detector", help="FID detector: digits or inception (default: backbone's)")
     ev.add_argument("--detector-weights", type=Path, help="detector weights file")
     ev.add_argument("--reference", default="dataset", choices=["dataset", "teacher"])

@@ -1,5 +1,5 @@
-"""Sample metrics on Ray evaluator tasks: the same FID and LPIPS for 1, 2 or 3 shards at once,
-cached references, `spanlift eval` into MLflow, LPIPS reported unavailable without weights, bad input."""
+"""Sample metrics on Ray evaluator actors: the same FID and LPIPS for 1, 2 or 3 actors, cached
+references, `spanlift eval` into MLflow, LPIPS reported unavailable without weights, bad input."""
 
 import os
 import subprocess
@@ -17,7 +17,7 @@ from spanlift.errors import CacheError
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.fid import reference_moments
 from spanlift.platform.evaluation.frechet import frechet_distance
-from spanlift.platform.evaluation.pool import EvaluatorPool
+from spanlift.platform.evaluation.pool import running_evaluators, start_evaluators
 from spanlift.platform.evaluation.reference import ReferenceSet, load_reference, save_reference
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
@@ -50,9 +50,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> EvaluatorSetup:
     return EvaluatorSetup("digits", "digits", cache, threads=1, lpips_weights=alexnet)
 
 
-def test_fid_and_lpips_over_1_2_3_parallel_shards_equal_the_single_process_values(
-    local_ray, setup
-) -> None:
+def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_ray, setup) -> None:
     evaluator = Evaluator(setup)
     reference = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
     single = evaluator.solver_states(SPEC, None, SEEDS, ("fid", "lpips"))
@@ -61,9 +59,9 @@ def test_fid_and_lpips_over_1_2_3_parallel_shards_equal_the_single_process_value
     assert single["lpips"].count == len(SEEDS) and single["lpips"].mean > 0
     assert single["sampling"].count == len(SEEDS) and single["sampling"].total > 0
     for count in (1, 2, 3):
-        pool = EvaluatorPool(setup, count, cpus=0.5)
-        merged = pool.solver_states(SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
-        dataset = pool.image_moments(evaluator.backbone.reference_images(), "dataset")
+        with running_evaluators(setup, count, cpus=0.5) as pool:
+            merged = pool.solver_states(SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
+            dataset = pool.image_moments(evaluator.backbone.reference_images(), "dataset")
         assert merged["fid"].count == len(SEEDS) and dataset["fid"].count == reference.count
         # Merging is exact (test_frechet: 1e-9); what remains is float32 rounding of the model
         # and detector, which differs by batch size (batches of ≤ 13 images: 4.8e-6 relative).
@@ -73,7 +71,7 @@ def test_fid_and_lpips_over_1_2_3_parallel_shards_equal_the_single_process_value
 
 
 def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, setup) -> None:
-    pool = EvaluatorPool(setup, 1, cpus=0.5)
+    pool = start_evaluators(setup, 1, cpus=0.5)
     identity = pool.call("identity")
     first = reference_moments(pool, ReferenceSet("dataset"), identity)
     files = list(setup.cache_dir.glob("reference-*.npz"))
@@ -82,6 +80,7 @@ def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, 
     again = reference_moments(pool, ReferenceSet("dataset"), identity)
     assert files[0].stat().st_mtime_ns == stamp and again.count == first.count
     report = evaluate_samples(pool, SPEC, None, 80, ("fid",), ReferenceSet("dataset"))
+    pool.stop()
     result = report.fid
     assert result.detector == identity and result.reference == "dataset" and result.fid > 0
     assert "lpips" not in report.means and report.metrics()["throughput_images_per_s"] > 0

@@ -209,10 +209,10 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
     outcome = summary(tmp_path, "fid")
     best = outcome["best"]  # the searcher saw every trial's FID
     assert best["fid"] == min(r.data.metrics["fid"] for r in runs.values())
-    # Trial and evaluator processes keep the backbone: fewer loads than one per trial for each
-    # of the three places that use it (the trial, its RMSE scoring, its FID shards).
+    # The sweep's one evaluator actor loads the backbone once for all scoring and FID; a trial
+    # process (reused by Tune) loads it at most once more.
     loads = [r.data.metrics["model_loads"] for r in runs.values()]
-    assert outcome["model_loads"] == sum(loads) < 3 * len(runs)
+    assert outcome["model_loads"] == sum(loads) <= 1 + len(runs)
     board = spanlift(tmp_path, "leaderboard", "--experiment", "fid", "--metric", "fid")
     assert board.returncode == 0, board.stderr
     assert "fid against fid.detector=digits:" in board.stdout

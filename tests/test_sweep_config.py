@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spanlift.platform.ray_runtime import TrialBundle, concurrent_trials
 from spanlift.platform.sweep.config import SweepConfigError, load_sweep, parse_sweep
 
 SWEEPS = Path(__file__).parent.parent / "sweeps"
@@ -154,3 +155,20 @@ def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None
     config = load_sweep(path)
     assert Path(config.storage) == (tmp_path / "results").resolve()
     assert config.evaluation.lpips_weights == (folder / "weights" / "alexnet.pth").resolve()
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "use_gpu", "trials"),
+    [
+        (2.0, 0, False, 2),  # two fits at once
+        (1.1, 0, False, 2),  # beside a 0.9-CPU evaluator: one fit, one trial scoring or waiting
+        (1.05, 0, False, 1),  # no room for a second trial's own 0.1 CPU
+        (15.0, 1, True, 2),  # one GPU left beside the evaluator's: one fit, one more trial
+        (15.0, 2, True, 3),
+    ],
+)
+def test_trials_at_once_always_leave_one_fit_placeable(cpus, gpus, use_gpu, trials) -> None:
+    bundle = TrialBundle(trial_cpu=0.1, workers=1, worker_cpu=0.9, use_gpu=use_gpu)
+    assert concurrent_trials(bundle, cpus, gpus) == trials
+    # However many trials wait with their own CPUs, one trial's workers can still be placed.
+    assert trials * bundle.trial_cpu + bundle.workers * bundle.worker_cpu <= cpus + 1e-9

@@ -40,6 +40,21 @@ class TrialBundle:
         return self.workers if self.use_gpu else 0
 
 
+@dataclass(frozen=True)
+class Reserved:
+    """What a sweep holds for as long as it runs: `count` evaluator actors, each with `cpus`
+    CPUs and `gpus` GPUs."""
+
+    count: int
+    cpus: float
+    gpus: float
+
+    def describe(self) -> str:
+        return f"{self.count} evaluator(s) × {self.cpus:g} CPU" + (
+            f" + {self.gpus:g} GPU" if self.gpus else ""
+        )
+
+
 def ray_address(address: str | None) -> str | None:
     """The cluster to join: `--address`, else `$RAY_ADDRESS`, else None (a private local Ray)."""
     return address or os.environ.get("RAY_ADDRESS") or None
@@ -93,32 +108,44 @@ def ray_temp_dir(workdir: Path) -> Path:
     return temp
 
 
-def check_fits(bundle: TrialBundle, local: bool) -> int:
-    """How many trials run at once; an error if one trial can never be placed on this cluster.
+def check_fits(bundle: TrialBundle, reserved: Reserved, local: bool) -> int:
+    """How many trials run at once beside the sweep's evaluators; an error if the evaluators and
+    one trial can never be placed together on this cluster.
 
     On a cluster that autoscales, nodes may not exist yet, so only a local cluster is strict.
     """
     available = ray.cluster_resources()
-    cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
+    cpus = available.get("CPU", 0.0) - reserved.count * reserved.cpus
+    gpus = available.get("GPU", 0.0) - reserved.count * reserved.gpus
+    held = f"the cluster has {cpus:g} beside the sweep's {reserved.describe()}"
     problems = []
     if bundle.cpus > cpus + 1e-9:
         problems.append(
             f"{bundle.cpus:g} CPUs per trial (trial_cpu {bundle.trial_cpu:g} + {bundle.workers} "
-            f"workers × worker_cpu {bundle.worker_cpu:g}) but the cluster has {cpus:g}"
+            f"workers × worker_cpu {bundle.worker_cpu:g}) but {held}"
         )
     if bundle.gpus > gpus:
         problems.append(
-            f"{bundle.gpus} GPUs per trial ({bundle.workers} workers with use_gpu) "
-            f"but the cluster has {gpus:g}"
+            f"{bundle.gpus} GPUs per trial ({bundle.workers} workers with use_gpu) but "
+            f"the cluster has {gpus:g} beside the sweep's {reserved.describe()}"
         )
     if problems and local:
         raise SettingsError(
             "resources: a trial cannot be placed: " + "; ".join(problems) + ". Lower "
-            "resources.workers or resources.worker_cpu, or set use_gpu: false"
+            "resources.workers, resources.worker_cpu, resources.evaluator_cpu or "
+            "evaluation.evaluators, or set use_gpu: false"
         )
     if problems:
         print(f"spanlift: waiting for the autoscaler: {'; '.join(problems)}")
         return 1
+    return concurrent_trials(bundle, cpus, gpus)
+
+
+def concurrent_trials(bundle: TrialBundle, cpus: float, gpus: float) -> int:
+    """Trials whose fits run at once on `cpus` and `gpus`, plus one more when its own small
+    bundle fits in what is left: it scores on the evaluators (an analytic solver) or waits for
+    the workers of the next fit, which never deadlocks since one fit's workers always fit."""
     by_cpu = int((cpus + 1e-9) // bundle.cpus)
-    by_gpu = int(gpus // bundle.gpus) if bundle.gpus else by_cpu
-    return max(1, min(by_cpu, by_gpu))
+    by_gpu = int((gpus + 1e-9) // bundle.gpus) if bundle.gpus else by_cpu
+    fits = max(1, min(by_cpu, by_gpu))
+    return fits + (1 if cpus - fits * bundle.cpus >= bundle.trial_cpu - 1e-9 else 0)

@@ -1,16 +1,13 @@
 """One evaluator: a backbone and its metric networks loaded once, turning seed shards into
 mergeable metric states.
 
-A plain class, so it runs in-process as well as in the Ray tasks of `pool.py`, which keep one per
-process (`evaluator_for`): a sweep's trials then share the evaluators earlier shards loaded.
-Samples of a shard are generated from the seeds' own noise (`seed_noise`), so a seed gives the same
-sample whichever process draws it, and merged states do not depend on how seeds were split. The
-detector and the LPIPS network load on first use: an evaluation loads only what its metrics need.
+A plain class, so it runs in-process as well as in a Ray actor (`pool.py` wraps it). Samples of
+a shard are generated from the seeds' own noise (`seed_noise`), so a seed gives the same sample
+whichever actor draws it, and merged states do not depend on how seeds were split. The detector
+and the LPIPS network load on first use: an evaluation loads only what its metrics need.
 """
 
-import os
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -77,10 +74,6 @@ class Evaluator:
     @cached_property
     def image_reward(self) -> torch.nn.Module:
         return load_image_reward(self.setup.image_reward_weights, self.device)
-
-    def pid(self) -> int:
-        """This evaluator's process id: a test kills it to check that evaluations survive."""
-        return os.getpid()
 
     def identity(self) -> str:
         return self.detector.identity
@@ -156,21 +149,3 @@ class Evaluator:
             for batch in images.split(self.setup.batch_size)
         ]
         return {"fid": merge_all(parts)}
-
-
-KEPT = 2
-"""Evaluators kept per process (a sweep uses one setup; the least recently used goes beyond)."""
-
-_EVALUATORS: OrderedDict[str, Evaluator] = OrderedDict()
-
-
-def evaluator_for(setup: EvaluatorSetup) -> Evaluator:
-    """This process's evaluator for `setup`, created on first use (its backbone from
-    `loaded_backbone`, so loads are counted there)."""
-    key = repr(setup)
-    if key not in _EVALUATORS:
-        _EVALUATORS[key] = Evaluator(setup)
-        while len(_EVALUATORS) > KEPT:
-            _EVALUATORS.popitem(last=False)
-    _EVALUATORS.move_to_end(key)
-    return _EVALUATORS[key]

@@ -1,7 +1,7 @@
 """Fréchet distance between feature distributions, from moments that merge across shards.
 
 A shard of N features f_n ∈ R^D is summarised by (N, Σ f_n, Σ f_n f_nᵀ). Two summaries add, so
-evaluators score their shards independently and the driver reduces them; the result does
+evaluator actors score their shards independently and the driver reduces them; the result does
 not depend on how the samples were split. From the merged sums,
 
     μ = S₁ / N,    Σ = (S₂ − N μ μᵀ) / (N − 1),

@@ -1,111 +1,88 @@
-"""Evaluation on Ray tasks that share the evaluators loaded in their worker processes.
+"""Evaluator actors on Ray: shards scored in parallel, metric states merged on the driver.
 
-An evaluation splits its seeds (or images) into shards and runs each shard as a Ray task with the
-resources of one evaluator (a Train worker's CPUs, its GPU when the sweep has one). A task takes
-its process's evaluator for the setup (`evaluator_for`), so the backbone and the detector load
-the first time a process scores for that setup and never again: Ray keeps idle worker processes
-and hands them the next tasks, so a sweep's trials, its RMSE scoring and its FID shards all reuse
-what earlier tasks loaded, while each task holds its CPUs and GPU only while it runs (Tune's
-resource accounting stays honest: no idle actor sits on a trial's resources between
-evaluations). The driver merges the metric states as they arrive (`states.py`), so every metric
-is the same for 1 or N processes. A task whose process dies is rerun by Ray (`RESTARTS`); a shard
-is pure, so the rerun returns the same states and the driver counts it once.
+An evaluator actor is one process holding an `Evaluator` (backbone, detector: loaded on its first
+call, then kept), with its CPUs (and GPU) reserved for as long as it lives, so Ray and Tune
+account for it honestly. A sweep starts its actors once and all its trials share them (trial
+scoring, FID, LPIPS); `spanlift eval` starts them for one evaluation. Shards go to the actors
+round-robin; the driver merges the states as they arrive (`states.py`), so every metric is the
+same for 1 or N actors. An actor whose process dies is restarted by Ray and its shards retried
+(`RESTARTS`); a shard's task returns one result however often it ran, so each is merged once.
 """
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import ray
-import torch
 from torch import Tensor
 from tqdm import tqdm
 
 from spanlift.backbones.loaded import backbone_loads
 from spanlift.errors import SpanliftError
-from spanlift.platform.evaluation.evaluator import EvaluatorSetup, evaluator_for
+from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.states import merge_states
 from spanlift.solvers import SolverSpec
 
-SHARDS_PER_EVALUATOR = 4
+SHARDS_PER_ACTOR = 4
 RESTARTS = 2
-"""Times Ray reruns a shard whose process died (OOM killer, lost node, segfault): a shard is a
-pure function of (spec, checkpoint, seeds), so a rerun gives the same states, and one death costs
-a rerun instead of the evaluation (and the sweep trial waiting on it). User errors raised by a
-shard are not retried (Ray retries tasks on exceptions only when `retry_exceptions` is set)."""
-OTHER_GPU_EXIT = 75
+"""Times Ray restarts an evaluator whose process died (OOM killer, lost node, segfault), and
+retries the shards it had: a shard is a pure function of (spec, checkpoint, seeds), so a retry
+gives the same states, and one death costs a restart instead of the evaluation (and the sweep
+trial waiting on it). User errors raised by a shard are not retried (Ray retries actor tasks
+only when the actor dies, unless `retry_exceptions` is set)."""
 
 
 @dataclass(frozen=True)
 class Answer:
-    """What one evaluator call returns: its value, the process it ran in, and the backbone loads
-    it caused there (0 when the process had the evaluator already)."""
+    """What an evaluator call returns: its value, the process that ran it, and the backbone
+    loads it caused there (1 on an actor's first call, and after a restart; else 0)."""
 
     value: Any
     pid: int
     loads: int
 
 
-def on_evaluator(setup: EvaluatorSetup, method: str, *args: Any) -> Answer:
-    """`method(*args)` on this process's evaluator for `setup` (a Ray task's body)."""
-    leave_if_other_gpu()
-    before = backbone_loads()
-    value = getattr(evaluator_for(setup), method)(*args)
-    return Answer(value, os.getpid(), backbone_loads() - before)
+class EvaluatorActor:
+    """The body of an evaluator actor: `run(method, *args)` calls its `Evaluator`."""
 
+    def __init__(self, setup: EvaluatorSetup) -> None:
+        self.setup = setup
 
-_VISIBLE_AT_CUDA_START: str | None = None
+    @cached_property
+    def evaluator(self) -> Evaluator:
+        return Evaluator(self.setup)
 
+    def run(self, method: str, *args: Any) -> Answer:
+        before = backbone_loads()
+        value = getattr(self.evaluator, method)(*args)
+        return Answer(value, os.getpid(), backbone_loads() - before)
 
-def leave_if_other_gpu() -> None:
-    """Exit when CUDA started in this process for other GPUs than Ray gave this task.
-
-    CUDA fixes the visible devices when it first starts, so a reused process cannot follow a
-    new `CUDA_VISIBLE_DEVICES`; it exits instead, and Ray reruns the task in a fresh process (a
-    process death, retried). On a one-GPU node, and on CPUs, this never happens.
-    """
-    global _VISIBLE_AT_CUDA_START
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if not torch.cuda.is_initialized():
-        _VISIBLE_AT_CUDA_START = visible
-    elif visible != _VISIBLE_AT_CUDA_START:
-        os._exit(OTHER_GPU_EXIT)
-
-
-# max_calls=0: processes stay for further tasks, GPU ones included (Ray's default there is 1).
-_remote_on_evaluator = ray.remote(max_calls=0)(on_evaluator)
+    def pid(self) -> int:
+        """This actor's process id: a test kills it to check that evaluations survive."""
+        return os.getpid()
 
 
 @dataclass
 class EvaluatorPool:
-    """Evaluator calls as Ray tasks: at most `parallel` shards of one evaluation in flight, each
-    with `cpus` CPUs and `gpus` GPUs; `options` go to Ray (a scheduling strategy, say).
-
-    `loads` counts the backbone loads the pool's calls caused, `processes` the processes that
-    answered them.
-    """
+    """Calls on evaluator actors; `loads` counts the backbone loads they caused, `processes`
+    the processes that answered. Pools over the same actors (a sweep's trials) share them: an
+    actor runs the calls it is given one after another."""
 
     setup: EvaluatorSetup
-    parallel: int = 1
-    cpus: float = 1.0
-    gpus: float = 0
-    options: dict[str, Any] = field(default_factory=dict)
+    actors: list
     loads: int = 0
     processes: set[int] = field(default_factory=set)
 
-    def submit(self, method: str, *args: Any) -> ray.ObjectRef:
-        return _remote_on_evaluator.options(
-            num_cpus=self.cpus, num_gpus=self.gpus, max_retries=RESTARTS, **self.options
-        ).remote(self.setup, method, *args)
-
     def take(self, ref: ray.ObjectRef) -> Any:
-        """The value of a submitted call; a user error raised there is raised here as itself."""
+        """The value of a call; a user error raised on the actor is raised here as itself."""
         try:
             answer = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, SpanliftError):  # bad input seen by an evaluator
+            if isinstance(exc.cause, SpanliftError):  # bad input seen by an actor
                 raise exc.cause from None
             raise
         self.loads += answer.loads
@@ -113,23 +90,22 @@ class EvaluatorPool:
         return answer.value
 
     def call(self, method: str, *args: Any) -> Any:
-        """`method(*args)` on an evaluator, waited for."""
-        return self.take(self.submit(method, *args))
+        """`Evaluator.method(*args)` on the first actor, waited for."""
+        return self.take(self.actors[0].run.remote(method, *args))
 
-    def reduce(self, method: str, shards: Sequence[Any], total: int, desc: str) -> dict[str, Any]:
-        """`method(shard, *rest)` over all `shards` (tuples of arguments), `parallel` at a time;
-        the metric states merged as they arrive."""
-        waiting, running, parts = list(shards), [], []
+    def reduce(self, method: str, shards: Sequence[tuple], total: int, desc: str) -> dict[str, Any]:
+        """`Evaluator.method(*shard)` for every shard, round-robin over the actors; the metric
+        states merged as they arrive."""
+        n = len(self.actors)
+        running = [self.actors[i % n].run.remote(method, *shard) for i, shard in enumerate(shards)]
+        parts = []
         with tqdm(total=total, desc=desc, unit="img") as bar:
             try:
-                while waiting or running:
-                    while waiting and len(running) < self.parallel:
-                        running.append(self.submit(method, *waiting.pop(0)))
+                while running:
                     [done], running = ray.wait(running, num_returns=1)
-                    states = self.take(done)
-                    parts.append(states)
-                    bar.update(next(iter(states.values())).count)  # each state counts the shard
-            except BaseException:  # an error or Ctrl-C: the shards in flight are not wanted
+                    parts.append(self.take(done))
+                    bar.update(next(iter(parts[-1].values())).count)  # each state counts it
+            except BaseException:  # an error or Ctrl-C: the other shards are not wanted
                 for ref in running:
                     ray.cancel(ref)
                 raise
@@ -144,11 +120,43 @@ class EvaluatorPool:
         desc: str,
     ) -> dict[str, Any]:
         """`Evaluator.solver_states` over the seeds, in shards."""
-        parts = np.array_split(np.asarray(seeds), self.parallel * SHARDS_PER_EVALUATOR)
+        parts = np.array_split(np.asarray(seeds), len(self.actors) * SHARDS_PER_ACTOR)
         shards = [(spec, checkpoint, part.tolist(), tuple(metrics)) for part in parts if len(part)]
         return self.reduce("solver_states", shards, len(seeds), desc)
 
     def image_moments(self, images: Tensor, desc: str) -> dict[str, Any]:
         """`Evaluator.image_moments` over the images, in shards."""
-        parts = images.tensor_split(self.parallel * SHARDS_PER_EVALUATOR)
+        parts = images.tensor_split(len(self.actors) * SHARDS_PER_ACTOR)
         return self.reduce("image_moments", [(p,) for p in parts if len(p)], len(images), desc)
+
+    def stop(self) -> None:
+        """Kill the actors for good: `no_restart` keeps Ray from bringing them back."""
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+
+def start_evaluators(
+    setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
+) -> EvaluatorPool:
+    """`count` evaluator actors, each holding `cpus` CPUs and `gpus` GPUs while it lives and
+    restarted when it dies; `options` go to Ray (a scheduling strategy, say)."""
+    remote = ray.remote(EvaluatorActor).options(
+        num_cpus=cpus,
+        num_gpus=gpus,
+        max_restarts=RESTARTS,
+        max_task_retries=RESTARTS,
+        **options,
+    )
+    return EvaluatorPool(setup, [remote.remote(setup) for _ in range(count)])
+
+
+@contextmanager
+def running_evaluators(
+    setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
+) -> Iterator[EvaluatorPool]:
+    """Evaluator actors for the duration of a `with` block; killed on the way out, error or not."""
+    pool = start_evaluators(setup, count, cpus, gpus, **options)
+    try:
+        yield pool
+    finally:
+        pool.stop()

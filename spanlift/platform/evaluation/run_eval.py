@@ -1,4 +1,4 @@
-"""`spanlift eval`: start Ray, compute the requested metrics on evaluator tasks,
+"""`spanlift eval`: start Ray and the evaluator actors, compute the requested metrics, stop them,
 and record the result as the configuration's MLflow run (one run per evaluated configuration)."""
 
 import math
@@ -16,7 +16,7 @@ from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.evaluation.detectors import DETECTORS
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
-from spanlift.platform.evaluation.pool import EvaluatorPool
+from spanlift.platform.evaluation.pool import running_evaluators
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
@@ -127,10 +127,10 @@ def samples_on_actors(
     gpus = 1 if ray.available_resources().get("GPU", 0) >= request.evaluators else 0
     setup = replace(request.setup, threads=max(1, math.floor(cpus)))
     metrics = tuple(m for m in request.metrics if m in SAMPLE_METRICS)
-    pool = EvaluatorPool(setup, request.evaluators, cpus=cpus, gpus=gpus)
-    return evaluate_samples(
-        pool, request.spec, request.checkpoint, request.samples, metrics, request.reference
-    )
+    with running_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus) as pool:
+        return evaluate_samples(
+            pool, request.spec, request.checkpoint, request.samples, metrics, request.reference
+        )
 
 
 def open_tracking(tracking: Tracking | None) -> ConfigurationRuns | None:

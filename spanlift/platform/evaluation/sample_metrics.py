@@ -1,4 +1,4 @@
-"""A solver's sample metrics on evaluators, from one pass over its samples.
+"""A solver's sample metrics on evaluator actors, from one pass over its samples.
 
 Each shard's samples are drawn once and every requested metric is computed on them;
 the driver merges the states and turns them into
@@ -7,7 +7,7 @@ the driver merges the states and turns them into
     lpips                   (1/N) Σ_n d(x_n, x_n^teacher), the teacher sampling the same seed n
     image_reward            (1/N) Σ_n r(x_n, prompt_n), prompt-conditioned backbones only
     latency_ms_per_image    1000 · Σ sampling seconds / N   (batches of `batch_size`)
-    throughput_images_per_s N / wall seconds of the whole pass over all shards
+    throughput_images_per_s N / wall seconds of the whole pass over all actors
 
 A metric that cannot be computed here (LPIPS without AlexNet weights, ImageReward without its
 files or on a backbone without prompts) is left out and reported unavailable with the reason, in

@@ -64,11 +64,20 @@ class Resources:
     use_gpu: bool | str = "auto"
     """True, False, or "auto": GPUs when the cluster has one per worker at sweep start."""
     max_failures: int = 2
+    evaluator_cpu: float | None = None
+    """CPUs each of the sweep's evaluator actors holds for the whole sweep; None: as a worker."""
+    evaluator_gpu: float = 1.0
+    """GPUs each evaluator actor holds when the sweep uses GPUs (a fraction shares one)."""
+
+    @property
+    def evaluator_cpus(self) -> float:
+        return self.evaluator_cpu or self.worker_cpu
 
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    """Metrics beyond the endpoint error, computed on evaluator tasks after each trial's fit."""
+    """Metrics beyond the endpoint error, computed by the sweep's evaluator actors after each
+    trial's fit."""
 
     metrics: tuple[str, ...] = ()
     samples: int = 1000
@@ -324,13 +333,23 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         f.fail("loss", fit.loss, f"one of {', '.join(LOSSES.names())}")
 
     res = r.child("resources", {})
-    res.only("trial_cpu", "workers", "worker_cpu", "use_gpu", "max_failures")
+    res.only(
+        "trial_cpu",
+        "workers",
+        "worker_cpu",
+        "use_gpu",
+        "max_failures",
+        "evaluator_cpu",
+        "evaluator_gpu",
+    )
     resources = Resources(
         res.positive_number("trial_cpu", 0.1),
         res.positive_int("workers", 1),
         res.positive_number("worker_cpu", 0.9),
         _use_gpu(res),
         res.get("max_failures", int, 2),
+        res.positive_number("evaluator_cpu", None) if "evaluator_cpu" in res.data else None,
+        res.positive_number("evaluator_gpu", 1.0),
     )
     tracking = r.child("tracking", {})
     tracking.only("uri")

@@ -24,13 +24,14 @@ from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
 from spanlift.platform.configuration import digest
-from spanlift.platform.ray_runtime import TrialBundle, check_fits, ray_address, start_ray
+from spanlift.platform.evaluation.pool import running_evaluators
+from spanlift.platform.ray_runtime import Reserved, TrialBundle, check_fits, ray_address, start_ray
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.progress import console_settings, quiet_console, restore_console
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
 from spanlift.platform.sweep.teacher import prepare_teachers
-from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
+from spanlift.platform.sweep.trial import SweepContext, evaluator_setup, run_trial, trial_spec
 from spanlift.platform.tracking.runs import (
     ConfigurationRuns,
     connect,
@@ -140,12 +141,14 @@ def sweep_root(config: SweepConfig, storage: str | None) -> Path:
 
 
 def with_gpu_choice(config: SweepConfig) -> SweepConfig:
-    """Resolve `use_gpu: auto`: GPU workers when the cluster has a GPU for each of them."""
-    if config.resources.use_gpu != "auto":
+    """Resolve `use_gpu: auto`: GPUs when the cluster has one for each Train worker besides the
+    evaluators' share."""
+    r = config.resources
+    if r.use_gpu != "auto":
         return config
     gpus = ray.cluster_resources().get("GPU", 0)
-    use_gpu = gpus >= config.resources.workers
-    return replace(config, resources=replace(config.resources, use_gpu=use_gpu))
+    use_gpu = gpus > 0 and gpus >= r.workers + config.evaluation.evaluators * r.evaluator_gpu
+    return replace(config, resources=replace(r, use_gpu=use_gpu))
 
 
 def run_sweep(
@@ -178,19 +181,26 @@ def run_sweep(
     start_ray(address, root, num_cpus, verbose=verbose)
     config = with_gpu_choice(config)
     r = config.resources
+    evaluators = Reserved(
+        config.evaluation.evaluators, r.evaluator_cpus, r.evaluator_gpu if r.use_gpu else 0
+    )
     concurrency = check_fits(
-        TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu), local=address is None
+        TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu), evaluators, address is None
     )
     teachers = prepare_teachers(config, root / "teacher")
     runs = ConfigurationRuns(uri, config.experiment)
     tags = source_tags(f"spanlift sweep {path}")
     parent = open_sweep_run(runs, config, root, tags)
-    context = SweepContext(config, root, teachers, uri, parent, reuse_across_versions, tags)
-    try:
-        results = make_tuner(context, resume, concurrency, verbose).fit()
-    except BaseException:
-        runs.client.set_terminated(parent, "KILLED")
-        raise
+    setup = evaluator_setup(config, root)
+    with running_evaluators(setup, evaluators.count, evaluators.cpus, evaluators.gpus) as pool:
+        context = SweepContext(
+            config, root, teachers, uri, parent, reuse_across_versions, tags, tuple(pool.actors)
+        )
+        try:
+            results = make_tuner(context, resume, concurrency, verbose).fit()
+        except BaseException:
+            runs.client.set_terminated(parent, "KILLED")
+            raise
     summary = summarize(config, root, uri, results, start, teachers.generated)
     (root / "summary.json").write_text(summary.to_json())
     close_sweep_run(runs, parent, summary, root)

@@ -1,12 +1,12 @@
 """One sweep trial: fit the configuration on Ray Train if it learns, score it, record it in MLflow.
 
     configuration ──(finished run of this code version in MLflow?)── yes → report its metrics
-                  └─ no → fit (TorchTrainer, resumable) → score and evaluate (evaluator tasks)
+                  └─ no → fit (TorchTrainer, resumable) → score, evaluate (evaluator actors)
                           → MLflow child run of the sweep's run → every metric to Tune
 
-The backbone is loaded once per process (`loaded_backbone`): the trial process is reused by Tune
-(`reuse_actors`) and the evaluator tasks' processes by Ray, so a sweep loads it about once per
-process, not once per trial; each trial reports the loads it caused as `model_loads`.
+Scoring and sample metrics run on the sweep's evaluator actors, started once by the driver and
+shared by all trials; the trial's own process, reused by Tune (`reuse_actors`), keeps its backbone
+too (`loaded_backbone`). Each trial reports the backbone loads it caused as `model_loads`.
 
 Fitted solvers are also kept under `<sweep>/fitted/`, named by their fit key (everything that
 produced the weights) and the code version, so a SpanLift trial finds its fitted DyWeight base
@@ -25,7 +25,6 @@ from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import backbone_loads, loaded_backbone
@@ -68,6 +67,7 @@ class SweepContext:
     parent_run_id: str = ""
     reuse_across_versions: bool = False
     tags: dict[str, str] = field(default_factory=dict)
+    evaluators: tuple = ()  # the sweep's evaluator actors
 
     @property
     def fitted(self) -> Path:
@@ -287,29 +287,25 @@ def trial_diagnostics(
     return files, ({"out_of_span_ratio": ratio} if math.isfinite(ratio) else {})
 
 
-def evaluator_pool(context: SweepContext) -> EvaluatorPool:
-    """The sweep's evaluators: every trial's scoring and sample metrics run as tasks with one
-    Train worker's resources (its GPU when the sweep has one), placed outside the trial's small
-    placement group as the Train workers are, on processes that keep what they loaded."""
-    config = context.config
-    evaluation, resources = config.evaluation, config.resources
-    setup = EvaluatorSetup(
+def evaluator_setup(config: SweepConfig, root: Path) -> EvaluatorSetup:
+    """What the sweep's evaluator actors load: the backbone, the detector, LPIPS and ImageReward
+    files, the teacher LPIPS compares with; one thread per CPU they hold."""
+    evaluation = config.evaluation
+    return EvaluatorSetup(
         config.backbone,
         evaluation.detector or "",
-        context.root / "eval-cache",
+        root / "eval-cache",
         config.backbone_options,
-        threads=max(1, int(resources.worker_cpu)),
+        threads=max(1, int(config.resources.evaluator_cpus)),
         lpips_weights=evaluation.lpips_weights,
         image_reward_weights=evaluation.image_reward_weights,
         teacher=config.teacher.solver,
     )
-    return EvaluatorPool(
-        setup,
-        parallel=evaluation.evaluators,
-        cpus=resources.worker_cpu,
-        gpus=1 if resources.use_gpu else 0,
-        options={"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)},
-    )
+
+
+def evaluator_pool(context: SweepContext) -> EvaluatorPool:
+    """This trial's calls on the sweep's evaluator actors (its own count of model loads)."""
+    return EvaluatorPool(evaluator_setup(context.config, context.root), list(context.evaluators))
 
 
 def evaluation_metrics(
