@@ -6,7 +6,7 @@ import torch
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 
-from spanlift.backbones import load_backbone
+from spanlift.backbones import load_backbone, loaded
 from spanlift.backbones.digits import DEFAULT_WEIGHTS, digits_dataset
 from spanlift.backbones.train_digits import train_digits
 from spanlift.errors import CheckpointError
@@ -76,3 +76,16 @@ def test_training_command_writes_loadable_weights(tmp_path):
     path = train_digits(tmp_path / "digits.pt", steps=2, batch_size=8)
     backbone = load_backbone("digits", weights=path)
     assert backbone.identity() != load_backbone("digits").identity()
+
+
+def test_a_process_loads_each_backbone_once_and_keeps_the_two_last_used() -> None:
+    before = loaded.backbone_loads()
+    first = loaded.loaded_backbone("gmm", {"seed": 11})
+    assert loaded.loaded_backbone("gmm", {"seed": 11}) is first  # the process's copy
+    assert loaded.backbone_loads() == before + 1
+    loaded.loaded_backbone("gmm", {"seed": 12})
+    loaded.loaded_backbone("gmm", {"seed": 11})  # the most recently used stays
+    loaded.loaded_backbone("gmm", {"seed": 13})  # a third: seed 12 goes
+    assert loaded.backbone_loads() == before + 3
+    loaded.loaded_backbone("gmm", {"seed": 12})
+    assert loaded.backbone_loads() == before + 4

@@ -13,6 +13,7 @@ import torch
 import torchvision
 from mlflow.tracking import MlflowClient
 
+from spanlift.cli import main
 from spanlift.errors import CacheError
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.fid import reference_moments
@@ -151,10 +152,15 @@ def test_eval_reports_lpips_unavailable_without_weights_and_goes_on(tmp_path: Pa
         (["--metrics", "diagnostics"], "needs a SpanLift solver, got euler"),
     ],
 )
-def test_eval_refuses_bad_input_with_one_line(tmp_path: Path, args, message: str) -> None:
-    result = spanlift_eval(tmp_path, "--num-cpus", "2", *args)
-    assert result.returncode == 2, result.stderr
-    assert message in result.stderr and "Traceback" not in result.stderr
+def test_eval_refuses_bad_input_with_one_line(
+    tmp_path: Path, monkeypatch, capsys, args, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # in-process: every check runs before Ray or MLflow start
+    code = main(["eval", "--solver", "euler", "--nfe", "3", "--num-cpus", "2", *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
 
 
 def test_eval_writes_spanlift_diagnostics(tmp_path: Path) -> None:

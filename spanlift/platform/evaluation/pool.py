@@ -90,8 +90,10 @@ class EvaluatorPool:
         return answer.value
 
     def call(self, method: str, *args: Any) -> Any:
-        """`Evaluator.method(*args)` on the first actor, waited for."""
-        return self.take(self.actors[0].run.remote(method, *args))
+        """`Evaluator.method(*args)` on one actor, waited for; the calling process picks which,
+        so the trials of a sweep, each in its own process, spread over the actors."""
+        actor = self.actors[os.getpid() % len(self.actors)]
+        return self.take(actor.run.remote(method, *args))
 
     def reduce(self, method: str, shards: Sequence[tuple], total: int, desc: str) -> dict[str, Any]:
         """`Evaluator.method(*shard)` for every shard, round-robin over the actors; the metric
