@@ -18,7 +18,11 @@ from spanlift.errors import CacheError
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.fid import reference_moments
 from spanlift.platform.evaluation.frechet import frechet_distance
-from spanlift.platform.evaluation.pool import running_evaluators, start_evaluators
+from spanlift.platform.evaluation.pool import (
+    EvaluatorPool,
+    running_evaluators,
+    start_evaluators,
+)
 from spanlift.platform.evaluation.reference import ReferenceSet, load_reference, save_reference
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
@@ -59,16 +63,18 @@ def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_r
     assert expected > 10  # three steps are far from the data
     assert single["lpips"].count == len(SEEDS) and single["lpips"].mean > 0
     assert single["sampling"].count == len(SEEDS) and single["sampling"].total > 0
-    for count in (1, 2, 3):
-        with running_evaluators(setup, count, cpus=0.5) as pool:
+    with running_evaluators(setup, 3, cpus=0.5) as three:
+        for count in (1, 2, 3):
+            pool = EvaluatorPool(setup, three.actors[:count])
             merged = pool.solver_states(SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
             dataset = pool.image_moments(evaluator.backbone.reference_images(), "dataset")
-        assert merged["fid"].count == len(SEEDS) and dataset["fid"].count == reference.count
-        # Merging is exact (test_frechet: 1e-9); what remains is float32 rounding of the model
-        # and detector, which differs by batch size (batches of ≤ 13 images: 4.8e-6 relative).
-        assert frechet_distance(merged["fid"], dataset["fid"]) == pytest.approx(expected, rel=1e-5)
-        assert merged["lpips"].count == len(SEEDS)
-        assert merged["lpips"].mean == pytest.approx(single["lpips"].mean, rel=1e-5)
+            assert merged["fid"].count == len(SEEDS) and dataset["fid"].count == reference.count
+            # Merging is exact (test_frechet: 1e-9); what remains is float32 rounding of the
+            # model and detector, which differs by batch size (≤ 13 images: 4.8e-6 relative).
+            fid = frechet_distance(merged["fid"], dataset["fid"])
+            assert fid == pytest.approx(expected, rel=1e-5)
+            assert merged["lpips"].count == len(SEEDS)
+            assert merged["lpips"].mean == pytest.approx(single["lpips"].mean, rel=1e-5)
 
 
 def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, setup) -> None:

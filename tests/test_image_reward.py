@@ -53,7 +53,7 @@ class PromptedGmm(GaussianMixture):
 def test_evaluator_tells_a_prompted_backbone_from_one_without(tmp_path: Path, monkeypatch) -> None:
     setup = EvaluatorSetup("gmm", "digits", tmp_path)
     assert not Evaluator(setup).prompted()
-    monkeypatch.setattr(evaluator, "load_backbone", lambda name, **options: PromptedGmm())
+    monkeypatch.setattr(evaluator, "loaded_backbone", lambda name, options=None: PromptedGmm())
     assert Evaluator(setup).prompted()
 
 
