@@ -23,7 +23,7 @@ from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
 from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
 from spanlift.platform.evaluation.states import MeanState, merge_states
-from spanlift.platform.fitting.compare import score
+from spanlift.platform.fitting.compare import GRID_COLUMNS, score
 from spanlift.platform.fitting.fit import rollout
 from spanlift.platform.fitting.teacher import DEFAULT_TEACHER, read_teacher, seed_noise
 from spanlift.solvers import SolverSpec
@@ -123,7 +123,7 @@ class Evaluator:
 
     @torch.no_grad()
     def score(
-        self, spec: SolverSpec, checkpoint: Path | None, test: Path, images: int
+        self, spec: SolverSpec, checkpoint: Path | None, test: Path, images: int = GRID_COLUMNS
     ) -> tuple[dict[str, float], dict[str, Tensor]]:
         """Endpoint RMSE against the teacher set in folder `test`, latency per image, and the
         first `images` samples of teacher and solver (uint8) for a sample grid."""

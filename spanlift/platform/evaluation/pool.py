@@ -12,7 +12,7 @@ same for 1 or N actors. An actor whose process dies is restarted by Ray and its 
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -38,11 +38,10 @@ only when the actor dies, unless `retry_exceptions` is set)."""
 
 @dataclass(frozen=True)
 class Answer:
-    """What an evaluator call returns: its value, the process that ran it, and the backbone
-    loads it caused there (1 on an actor's first call, and after a restart; else 0)."""
+    """What an evaluator call returns: its value and the backbone loads it caused (1 on an
+    actor's first call, and after a restart; else 0)."""
 
     value: Any
-    pid: int
     loads: int
 
 
@@ -59,7 +58,7 @@ class EvaluatorActor:
     def run(self, method: str, *args: Any) -> Answer:
         before = backbone_loads()
         value = getattr(self.evaluator, method)(*args)
-        return Answer(value, os.getpid(), backbone_loads() - before)
+        return Answer(value, backbone_loads() - before)
 
     def pid(self) -> int:
         """This actor's process id: a test kills it to check that evaluations survive."""
@@ -68,14 +67,13 @@ class EvaluatorActor:
 
 @dataclass
 class EvaluatorPool:
-    """Calls on evaluator actors; `loads` counts the backbone loads they caused, `processes`
-    the processes that answered. Pools over the same actors (a sweep's trials) share them: an
-    actor runs the calls it is given one after another."""
+    """Calls on evaluator actors; `loads` counts the backbone loads they caused. Pools over the
+    same actors (a sweep's trials) share them: an actor runs the calls it is given one after
+    another."""
 
     setup: EvaluatorSetup
     actors: list
     loads: int = 0
-    processes: set[int] = field(default_factory=set)
 
     def take(self, ref: ray.ObjectRef) -> Any:
         """The value of a call; a user error raised on the actor is raised here as itself."""
@@ -86,7 +84,6 @@ class EvaluatorPool:
                 raise exc.cause from None
             raise
         self.loads += answer.loads
-        self.processes.add(answer.pid)
         return answer.value
 
     def call(self, method: str, *args: Any) -> Any:

@@ -50,7 +50,6 @@ from spanlift.platform.tracking.runs import (
 from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.loading import is_learnable, load_solver, on_fitted_base
 
-GRID_IMAGES = 8
 TRAIN_CHECKPOINTS_KEPT = 2
 """Ray Train checkpoints kept per fit: the newest to resume from, and one before it."""
 
@@ -158,7 +157,7 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         fitted = fitted_checkpoint(spec, context, backbone)
         evaluators = evaluator_pool(context)
         test = context.teachers.test
-        metrics, samples = evaluators.call("score", spec, fitted.path, test, GRID_IMAGES)
+        metrics, samples = evaluators.call("score", spec, fitted.path, test)
         extra_metrics, extra_params = evaluation_metrics(spec, fitted.path, context, evaluators)
         loads = {"model_loads": float(backbone_loads() - loads_before + evaluators.loads)}
         with tempfile.TemporaryDirectory() as folder:
