@@ -1,7 +1,7 @@
 """Backbones loaded once per process.
 
-A sweep runs its trials and evaluation tasks in processes Ray keeps and reuses, so a backbone
-loaded by one trial or shard is there for the next: `loaded_backbone` returns the process's copy,
+Tune reuses a sweep's trial processes and its evaluator actors live for the whole sweep, so a
+backbone loaded for one trial is there for the next: `loaded_backbone` returns the process's copy,
 and `backbone_loads` counts the loads this process really did (a sweep reports their sum as its
 model loads). The copy is shared: callers may move it to their device but never change it.
 """

@@ -26,7 +26,7 @@ class SweepSummary:
     compute_seconds: float
     teacher_generations: int
     model_loads: int = 0
-    """Backbone loads by the trials and their evaluator tasks (Train workers load their own)."""
+    """Backbone loads by trial processes and evaluator actors (Train workers load their own)."""
     best: dict[str, Any] = field(default_factory=dict)
     """The best finished configuration by the search metric: its name and value."""
 
