@@ -35,3 +35,8 @@ class SettingsError(SpanliftError):
 class MetricUnavailable(SpanliftError):
     """A metric that cannot be computed here (its weights are absent); the message says why and
     how to enable it. Evaluations report such a metric as unavailable instead of failing."""
+
+
+class DataError(SpanliftError):
+    """A data file or folder (SEVIR catalog, HDF5, a prepared store) that is missing, of the
+    wrong layout or of another schema version."""

@@ -27,7 +27,7 @@ def test_differentiable_path_equals_the_detectors_uint8_forward(name: str, tmp_p
 @pytest.mark.parametrize("loss_name", ["digits", "inception"])
 def test_feature_loss_is_zero_on_the_teacher_and_has_gradients(loss_name: str) -> None:
     backbone = load_backbone("digits")
-    loss_fn = LOSSES.get(loss_name)(backbone)
+    loss_fn = LOSSES.get(loss_name)(backbone.decode)
     g = torch.Generator().manual_seed(2)
     teacher = torch.randn(2, 1, 8, 8, generator=g).clamp(-1, 1)
     student = (teacher + 0.3 * torch.randn(2, 1, 8, 8, generator=g)).requires_grad_(True)
@@ -43,7 +43,7 @@ def test_fitting_dyweight_with_the_digits_feature_loss_lowers_it() -> None:
     teacher = generate_teacher(backbone, range(64), progress=False)
     spec = SolverSpec("dyweight", 3)
     solver = build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
-    loss_fn = LOSSES.get("digits")(backbone)
+    loss_fn = LOSSES.get("digits")(backbone.decode)
 
     def full_loss() -> float:
         with torch.no_grad():

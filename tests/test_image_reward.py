@@ -24,7 +24,9 @@ ROOT = Path(__file__).parent.parent
 
 def test_backbone_without_prompts_is_reported_unavailable(tmp_path: Path) -> None:
     setup = EvaluatorSetup("digits", "digits", tmp_path)
-    measures, unavailable = sample_metrics.measures_of(("image_reward",), setup, prompted=False)
+    measures, unavailable = sample_metrics.measures_of(
+        ("image_reward",), setup, sample_metrics.Traits()
+    )
     assert measures == {}
     assert "backbone 'digits' has no prompts" in unavailable["image_reward"]
 
@@ -59,7 +61,9 @@ def test_evaluator_tells_a_prompted_backbone_from_one_without(tmp_path: Path, mo
 
 def test_prompted_backbone_gets_as_far_as_the_files(tmp_path: Path) -> None:
     setup = EvaluatorSetup("gmm", "digits", tmp_path, image_reward_weights=tmp_path)
-    _, unavailable = sample_metrics.measures_of(("image_reward",), setup, prompted=True)
+    _, unavailable = sample_metrics.measures_of(
+        ("image_reward",), setup, sample_metrics.Traits(prompted=True)
+    )
     assert "ImageReward.pt, med_config.json not found" in unavailable["image_reward"]
 
 

@@ -178,12 +178,12 @@ def test_only_recorded_params_are_named(store: Store) -> None:
 
 
 def test_a_metric_outside_the_catalogue_is_grouped_by_its_own_params(store: Store) -> None:
-    store.log("ipndm", {"hss": 0.9}, hss__threshold="0.5")
-    store.log("euler", {"hss": 0.1}, hss__threshold="1.0")
-    store.log("dyweight", {"hss": 0.5}, hss__threshold="1.0", teacher=TEACHER_A)
-    entries = store.board("hss", "max")
+    store.log("ipndm", {"ets": 0.9}, ets__threshold="0.5")
+    store.log("euler", {"ets": 0.1}, ets__threshold="1.0")
+    store.log("dyweight", {"ets": 0.5}, ets__threshold="1.0", teacher=TEACHER_A)
+    entries = store.board("ets", "max")
     assert rankings(entries) == [("dyweight", "euler"), ("ipndm",)]
-    assert {e.scale for e in entries} == {"hss.threshold=0.5", "hss.threshold=1.0"}
+    assert {e.scale for e in entries} == {"ets.threshold=0.5", "ets.threshold=1.0"}
 
 
 def test_csv_and_plot_keep_the_groups(store: Store, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ flow matching with x_t = t·x1 + (1−t)·noise uses σ = (1−t)/t and x̃ = x/
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -55,14 +55,30 @@ class Backbone(nn.Module, ABC):
         None for a backbone without prompts."""
         return None
 
-    def sample_conditioning(self, n: int, generator: torch.Generator) -> Any:
-        """Conditioning for n samples (labels, prompts, past frames); None when unconditional."""
+    def conditioning(self, seeds: Sequence[int]) -> Tensor | None:
+        """The conditioning of each seed's sample (class labels, past radar frames), stacked along
+        the first dimension and a pure function of the seed, so a teacher cache can store it and
+        any process can draw it again; None for an unconditional backbone."""
+        return None
+
+    def observations(self, seeds: Sequence[int]) -> Tensor | None:
+        """What was really observed after each seed's conditioning, in data space (the space
+        `decode` maps samples to; for pixel models the sample space itself): the radar frames
+        that followed the past ones. A fitting target besides the teacher, and the truth of skill
+        scores; None for a backbone without observations."""
         return None
 
     def freeze(self) -> "Backbone":
         self.eval()
         self.requires_grad_(False)
         return self
+
+
+def conditioned(backbone: Backbone, cond: Tensor | None) -> Callable[[Tensor, Tensor], Tensor]:
+    """D(·, ·, cond) as the two-argument denoiser every solver calls."""
+    if cond is None:
+        return backbone.denoise
+    return lambda x, sigma: backbone.denoise(x, sigma, cond)
 
 
 def sigma_as_batch(sigma: Tensor | float, x: Tensor) -> Tensor:

@@ -19,9 +19,10 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from spanlift.backbones import Backbone
+from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError
-from spanlift.platform.evaluation.reference import FID_FIRST_SEED
 from spanlift.platform.fitting.teacher import seed_noise
+from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers.spanlift import SpanLift
 
 BUFFER = 3
@@ -53,16 +54,17 @@ class StepDiagnostics:
 
 @torch.no_grad()
 def spanlift_diagnostics(
-    solver: SpanLift, backbone: Backbone, noise: Tensor
+    solver: SpanLift, backbone: Backbone, noise: Tensor, cond: Tensor | None = None
 ) -> list[StepDiagnostics]:
     """Roll SpanLift out from `noise`, recording ρ_i and μ_i at each step (the rollout is the
     solver's own: x_{i+1} = x_i + h_i (α_i Δ_i^base + β_i Δ_i^op))."""
     if not isinstance(solver, SpanLift):
         raise SettingsError(f"diagnostics need a SpanLift solver, got {solver.name}")
     x, history, steps = backbone.prior(noise), [], []
+    denoiser = conditioned(backbone, cond)
     for i in range(solver.num_steps):
-        history = [solver.evaluate(backbone.denoise, x, i), *history][: solver.buffer_size]
-        base, op = solver.parts(i, x, history, backbone.denoise)
+        history = [solver.evaluate(denoiser, x, i), *history][: solver.buffer_size]
+        base, op = solver.parts(i, x, history, denoiser)
         scaled_base, scaled_op = solver.alpha[i] * base, solver.beta[i] * op
         rho = out_of_span_ratio(op, [p.derivative for p in history[:BUFFER]])
         mu = scaled_op.flatten(1).norm(dim=1) / scaled_base.flatten(1).norm(dim=1)
@@ -105,7 +107,8 @@ def write_diagnostics(
     """Per-step table (CSV) and plot (PNG) of `solver` over DIAGNOSTIC_SAMPLES samples (the first
     FID seeds), written to `folder` as `name`-diagnostics.*."""
     seeds = range(FID_FIRST_SEED, FID_FIRST_SEED + DIAGNOSTIC_SAMPLES)
-    steps = spanlift_diagnostics(solver, backbone, seed_noise(seeds, backbone.shape))
+    noise, cond = seed_noise(seeds, backbone.shape), backbone.conditioning(seeds)
+    steps = spanlift_diagnostics(solver, backbone, noise, cond)
     table = diagnostics_table(steps)
     folder.mkdir(parents=True, exist_ok=True)
     csv = folder / f"{name}-diagnostics.csv"

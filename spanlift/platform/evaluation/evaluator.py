@@ -18,18 +18,22 @@ import torch
 from torch import Tensor
 
 from spanlift.backbones.loaded import loaded_backbone
+from spanlift.backbones.nowcast_windows import sample_to_vil
+from spanlift.errors import SettingsError
+from spanlift.nowcasting.scores import contingency_counts
 from spanlift.platform.evaluation.detectors import Detector, load_detector
 from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
 from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
 from spanlift.platform.evaluation.states import MeanState, merge_states
 from spanlift.platform.fitting.compare import GRID_COLUMNS, score
-from spanlift.platform.fitting.fit import rollout
+from spanlift.platform.fitting.fit import on_device, rollout
 from spanlift.platform.fitting.teacher import DEFAULT_TEACHER, read_teacher, seed_noise
+from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver
 
-SAMPLE_METRICS = ("fid", "lpips", "image_reward")  # computed from solver samples, by shard
+SAMPLE_METRICS = ("fid", "lpips", "image_reward", "skill")  # from solver samples, by shard
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,13 @@ class Evaluator:
         """Whether the backbone gives its samples text prompts (ImageReward needs them)."""
         return self.backbone.prompts([0]) is not None
 
+    def observed(self) -> bool:
+        """Whether the backbone has observations (skill scores and LPIPS compare with them)."""
+        return self.backbone.observations([FID_FIRST_SEED]) is not None
+
+    def backbone_identity(self) -> str:
+        return self.backbone.identity()
+
     def device_name(self) -> str:
         """The device samples are drawn on, as timings should be read: GPU model or CPU threads."""
         if self.device.type == "cuda":
@@ -97,15 +108,18 @@ class Evaluator:
         metrics: Sequence[str] = ("fid",),
     ) -> dict[str, Any]:
         """States of the solver's samples from `seeds`: `fid` feature moments, `lpips` summed
-        distance to the teacher's samples from the same seeds, `image_reward` summed reward for
-        the seeds' prompts, and always `sampling`: seconds spent in the solver (model
-        evaluations included) and the number of samples."""
+        distance to the observations of the seeds (frame by frame) or else to the teacher's
+        samples from the same seeds, `image_reward` summed reward for the seeds' prompts, `skill`
+        contingency counts per threshold, pool and lead time against the observations, and always
+        `sampling`: seconds spent in the solver (model evaluations included) and the number of
+        samples."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
         parts = []
         for start in range(0, len(seeds), self.setup.batch_size):
             batch = seeds[start : start + self.setup.batch_size]
             noise = seed_noise(batch, self.backbone.shape).to(self.device)
-            seconds, endpoints = self.timed_rollout(solver, noise)
+            cond = on_device(self.backbone.conditioning(batch), self.device)
+            seconds, endpoints = self.timed_rollout(solver, noise, cond)
             # Clipped as the EDM protocol clips (x·127.5 + 128 into [0, 255]; clamping first changes
             # no pixel): a poor solver's overshoot is a bad sample, not images of the wrong range.
             samples = self.backbone.decode(endpoints).clamp(-1, 1)
@@ -113,13 +127,43 @@ class Evaluator:
             if "fid" in metrics:
                 part["fid"] = FeatureMoments.of(self.detector.features(samples))
             if "lpips" in metrics:
-                reference = self.backbone.decode(rollout(self.teacher, self.backbone, noise))
-                part["lpips"] = lpips_state(self.lpips, samples, reference)
+                part["lpips"] = self.lpips_against_reference(samples, batch, noise, cond)
             if "image_reward" in metrics:
                 prompts = self.backbone.prompts(batch)
                 part["image_reward"] = image_reward_state(self.image_reward, samples, prompts)
+            if "skill" in metrics:
+                observed = self.observations(batch)
+                part["skill"] = contingency_counts(
+                    sample_to_vil(samples), sample_to_vil(observed), per_lead=True
+                )
             parts.append(part)
         return merge_states(parts)
+
+    def observations(self, seeds: Sequence[int]) -> Tensor:
+        observed = self.backbone.observations(seeds)
+        if observed is None:
+            raise SettingsError(
+                f"skill scores compare forecasts with observations; backbone "
+                f"{self.setup.backbone!r} has none (use a nowcasting backbone)"
+            )
+        return observed.to(self.device)
+
+    def lpips_against_reference(
+        self, samples: Tensor, seeds: Sequence[int], noise: Tensor, cond: Tensor | None
+    ) -> MeanState:
+        """LPIPS of each observed frame against the forecast frame (frames as grey images), or
+        of each sample against the teacher's sample from the same seed."""
+        observed = self.backbone.observations(seeds)
+        if observed is not None:
+            frames = observed.to(self.device)
+            per_frame = (*samples.shape[:2], 1, *samples.shape[2:])
+            return lpips_state(
+                self.lpips,
+                samples.reshape(per_frame).flatten(0, 1),
+                frames.reshape(per_frame).flatten(0, 1),
+            )
+        reference = self.backbone.decode(rollout(self.teacher, self.backbone, noise, cond))
+        return lpips_state(self.lpips, samples, reference)
 
     @torch.no_grad()
     def score(
@@ -132,12 +176,14 @@ class Evaluator:
         result, samples = score(solver, self.backbone, read_teacher(test), images, self.device)
         return {**result.metrics(), "eval_seconds": time.perf_counter() - start}, samples
 
-    def timed_rollout(self, solver: torch.nn.Module, noise: Tensor) -> tuple[float, Tensor]:
+    def timed_rollout(
+        self, solver: torch.nn.Module, noise: Tensor, cond: Tensor | None = None
+    ) -> tuple[float, Tensor]:
         """Wall seconds of one batched rollout on this evaluator's device, and its endpoints."""
         synchronize = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
         synchronize()
         start = time.perf_counter()
-        endpoints = rollout(solver, self.backbone, noise)
+        endpoints = rollout(solver, self.backbone, noise, cond)
         synchronize()
         return time.perf_counter() - start, endpoints
 

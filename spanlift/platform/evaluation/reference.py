@@ -17,12 +17,8 @@ from spanlift.errors import CacheError
 from spanlift.files import atomic_write
 from spanlift.platform.evaluation.frechet import FeatureMoments
 from spanlift.platform.fitting.teacher import DEFAULT_TEACHER
+from spanlift.seeds import REFERENCE_FIRST_SEED
 from spanlift.solvers import SolverSpec
-
-# Seed ranges: fits train on 0, 1, …; endpoint errors use 10⁹, …; FID samples 2·10⁹, …; teacher
-# reference samples 3·10⁹, …. Disjoint, so no set is scored on the seeds another was fitted on.
-FID_FIRST_SEED = 2_000_000_000
-REFERENCE_FIRST_SEED = 3_000_000_000
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,13 @@ Each shard's samples are drawn once and every requested metric is computed on th
 the driver merges the states and turns them into
 
     fid                     ‖μ_s − μ_r‖² + tr(Σ_s + Σ_r − 2 (Σ_s Σ_r)^{1/2})  (reference cached)
-    lpips                   (1/N) Σ_n d(x_n, x_n^teacher), the teacher sampling the same seed n
+    lpips                   (1/N) Σ_n d(x_n, x_n^teacher), the teacher sampling the same seed n;
+                            with observations (nowcasting): the mean over frames of d(forecast
+                            frame, observed frame)
     image_reward            (1/N) Σ_n r(x_n, prompt_n), prompt-conditioned backbones only
+    skill                   CSI, HSS, POD, SUCR, BIAS from contingency counts summed over all
+                            samples and pixels (nowcasting/scores.py): csi_m, csi4, csi16, hss,
+                            csi_<threshold>; per lead time in `SampleReport.skill`
     latency_ms_per_image    1000 · Σ sampling seconds / N   (batches of `batch_size`)
     throughput_images_per_s N / wall seconds of the whole pass over all actors
 
@@ -21,13 +26,15 @@ from typing import Any
 
 from spanlift.errors import MetricUnavailable
 from spanlift.files import file_sha256
+from spanlift.nowcasting.scores import ContingencyCounts, summary
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.fid import FidResult, reference_moments
 from spanlift.platform.evaluation.frechet import frechet_distance
 from spanlift.platform.evaluation.image_reward import check_package, image_reward_files
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, lpips_identity
 from spanlift.platform.evaluation.pool import EvaluatorPool
-from spanlift.platform.evaluation.reference import FID_FIRST_SEED, ReferenceSet
+from spanlift.platform.evaluation.reference import ReferenceSet
+from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
 
 
@@ -41,6 +48,7 @@ class SampleReport:
     means: dict[str, float] = field(default_factory=dict)  # lpips, image_reward
     measures: dict[str, str] = field(default_factory=dict)  # what each mean was measured with
     unavailable: dict[str, str] = field(default_factory=dict)  # metric → reason
+    skill: ContingencyCounts | None = None  # per threshold, pool and lead time
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -48,6 +56,7 @@ class SampleReport:
             "throughput_images_per_s": self.throughput_images_per_s,
             **(self.fid.metrics() if self.fid else {}),
             **self.means,
+            **(summary(self.skill.to_dataset()) if self.skill else {}),
         }
 
     def params(self) -> dict[str, Any]:
@@ -60,18 +69,30 @@ class SampleReport:
         }
 
 
-def lpips_measure(setup: EvaluatorSetup, prompted: bool) -> dict[str, str]:
+@dataclass(frozen=True)
+class Traits:
+    """What the evaluated backbone has: prompts (ImageReward), observations (skill, LPIPS)."""
+
+    prompted: bool = False
+    observed: bool = False
+    identity: str = ""
+
+
+def lpips_measure(setup: EvaluatorSetup, traits: Traits) -> dict[str, str]:
     """What LPIPS values are relative to, for the leaderboard; MetricUnavailable without weights."""
     teacher = setup.teacher
+    reference = f"teacher {teacher.label()} nfe={teacher.nfe}, same seeds"
+    if traits.observed:
+        reference = f"observed frames of {traits.identity}, per frame"
     return {
         "lpips.detector": lpips_identity(alexnet_weights(setup.lpips_weights)),
-        "lpips.reference": f"teacher {teacher.label()} nfe={teacher.nfe}, same seeds",
+        "lpips.reference": reference,
     }
 
 
-def image_reward_measure(setup: EvaluatorSetup, prompted: bool) -> dict[str, str]:
+def image_reward_measure(setup: EvaluatorSetup, traits: Traits) -> dict[str, str]:
     """The checkpoint ImageReward scores with; MetricUnavailable without prompts, files, package."""
-    if not prompted:
+    if not traits.prompted:
         raise MetricUnavailable(
             f"ImageReward unavailable: backbone {setup.backbone!r} has no prompts "
             "(ImageReward scores prompt-conditioned backbones)"
@@ -81,19 +102,29 @@ def image_reward_measure(setup: EvaluatorSetup, prompted: bool) -> dict[str, str
     return {"image_reward.detector": f"imagereward:{file_sha256(checkpoint)[:12]}"}
 
 
-MEASURES = {"lpips": lpips_measure, "image_reward": image_reward_measure}
+def skill_measure(setup: EvaluatorSetup, traits: Traits) -> dict[str, str]:
+    """Skill scores are measured against the backbone's observations."""
+    if not traits.observed:
+        raise MetricUnavailable(
+            f"skill scores unavailable: backbone {setup.backbone!r} has no observations "
+            "(they score nowcasting backbones)"
+        )
+    return {"skill.reference": f"observed frames of {traits.identity}"}
+
+
+MEASURES = {"lpips": lpips_measure, "image_reward": image_reward_measure, "skill": skill_measure}
+MEANS = ("lpips", "image_reward")
 
 
 def measures_of(
-    metrics: tuple[str, ...], setup: EvaluatorSetup, prompted: bool
+    metrics: tuple[str, ...], setup: EvaluatorSetup, traits: Traits
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """(params describing each available metric, {metric: reason} of the unavailable ones);
-    `prompted`: whether the backbone gives its samples text prompts."""
+    """(params describing each available metric, {metric: reason} of the unavailable ones)."""
     measures, unavailable = {}, {}
     for name in metrics:
         if name in MEASURES:
             try:
-                measures.update(MEASURES[name](setup, prompted))
+                measures.update(MEASURES[name](setup, traits))
             except MetricUnavailable as exc:
                 unavailable[name] = str(exc)
     return measures, unavailable
@@ -109,8 +140,12 @@ def evaluate_samples(
 ) -> SampleReport:
     """`metrics` (of SAMPLE_METRICS) of `samples` samples of the solver, seeds from FID_FIRST_SEED,
     with the latency and throughput of the sampling itself."""
-    prompted = "image_reward" in metrics and pool.call("prompted")
-    measures, unavailable = measures_of(metrics, pool.setup, prompted)
+    traits = Traits(
+        prompted="image_reward" in metrics and pool.call("prompted"),
+        observed=pool.call("observed"),
+        identity=pool.call("backbone_identity"),
+    )
+    measures, unavailable = measures_of(metrics, pool.setup, traits)
     wanted = tuple(m for m in metrics if m not in unavailable)
     ref = None
     if "fid" in wanted:
@@ -131,9 +166,10 @@ def evaluate_samples(
         latency_ms_per_image=1000 * states["sampling"].mean,
         throughput_images_per_s=samples / wall,
         fid=fid,
-        means={name: states[name].mean for name in MEASURES if name in states},
+        means={name: states[name].mean for name in MEANS if name in states},
         measures=measures,
         unavailable=unavailable,
+        skill=states.get("skill"),
     )
 
 

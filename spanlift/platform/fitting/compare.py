@@ -12,7 +12,7 @@ import torch
 
 from spanlift.backbones import Backbone
 from spanlift.platform.evaluation.sample_grid import save_sample_grid
-from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, fit, rollout
+from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, fit, on_device, rollout
 from spanlift.platform.fitting.teacher import TeacherSet
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
 from spanlift.solvers.loading import build, is_learnable, on_fitted_base
@@ -68,12 +68,18 @@ def fit_spec(
 
 
 @torch.no_grad()
-def latency_ms(solver: Solver, backbone: Backbone, noise: torch.Tensor, repeats: int = 3) -> float:
+def latency_ms(
+    solver: Solver,
+    backbone: Backbone,
+    noise: torch.Tensor,
+    cond: torch.Tensor | None = None,
+    repeats: int = 3,
+) -> float:
     """Best-of-`repeats` wall time of one rollout of `noise`, per image, in milliseconds."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        rollout(solver, backbone, noise)
+        rollout(solver, backbone, noise, cond)
         times.append(time.perf_counter() - start)
     return 1000 * min(times) / len(noise)
 
@@ -101,13 +107,14 @@ def score(
     """Endpoint RMSE on `test`, latency per image over 64 seeds, and the first `images` samples
     (uint8) of the teacher and of the solver, for a sample grid."""
     rmse = endpoint_rmse(solver, backbone, test, device=device)
-    noise = test.noise[:64].to(device)
-    ms = latency_ms(solver, backbone, noise)
+    first = test.subset(slice(0, 64))
+    noise, cond = first.noise.to(device), on_device(first.cond, device)
+    ms = latency_ms(solver, backbone, noise, cond)
+    shown = first.subset(slice(0, images))
+    endpoints = rollout(solver, backbone, shown.noise.to(device), on_device(shown.cond, device))
     samples = {
-        "teacher": backbone.to_images(test.endpoints[:images].to(device)).cpu(),
-        f"{solver.spec.label()} nfe={solver.nfe}": backbone.to_images(
-            rollout(solver, backbone, noise[:images])
-        ).cpu(),
+        "teacher": backbone.to_images(shown.endpoints.to(device)).cpu(),
+        f"{solver.spec.label()} nfe={solver.nfe}": backbone.to_images(endpoints).cpu(),
     }
     return Score(rmse, solver.nfe, ms), samples
 

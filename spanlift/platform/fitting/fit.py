@@ -2,6 +2,9 @@
 
     J(S) = E_noise ℓ(Φ_S(x_T), Φ*(x_T))      (the paper, eq. 4)
 
+or, with `target="observed"` (a conditional backbone with observations, e.g. nowcasting),
+J(S) = E ℓ(D(Φ_S(x_T)), y): the decoded endpoint against what was really observed.
+
 Adam with linear warm-up and cosine decay, gradient-norm clipping, deterministic under a seed.
 `fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
 torch.distributed is initialised (each rank draws its own batches), hands `report` its metrics
@@ -19,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from spanlift.backbones import Backbone
+from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.fitting.teacher import TeacherSet
@@ -40,6 +44,7 @@ class FitSettings:
     warmup: int = 20
     grad_clip: float = 1.0
     loss: str = "mse"
+    target: str = "teacher"  # or "observed": the backbone's observations instead of the teacher
     seed: int = 0
     log_every: int = 25
     checkpoint_every: int = 50
@@ -57,9 +62,16 @@ class FitSettings:
                 f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
             )
         LOSSES.get(self.loss)
+        if self.target not in TARGETS:
+            raise SettingsError(
+                f"fit setting target must be one of {', '.join(TARGETS)}, got {self.target!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+TARGETS = ("teacher", "observed")
 
 
 @dataclass
@@ -80,9 +92,27 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
     return factor
 
 
-def rollout(solver: torch.nn.Module, backbone: Backbone, noise: torch.Tensor) -> torch.Tensor:
-    """The solver's endpoint from standard normal noise."""
-    return solver(backbone.denoise, backbone.prior(noise))
+def rollout(
+    solver: torch.nn.Module,
+    backbone: Backbone,
+    noise: torch.Tensor,
+    cond: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The solver's endpoint from standard normal noise (and the samples' conditioning)."""
+    return solver(conditioned(backbone, cond), backbone.prior(noise))
+
+
+def on_device(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if t is None else t.to(device)
+
+
+def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
+    """ℓ(endpoint, target) as the fit's target asks: against teacher endpoints in sample space,
+    or, decoded, against observations in data space."""
+    if settings.target == "observed":
+        loss_fn = LOSSES.get(settings.loss)(lambda data: data)
+        return lambda endpoint, target: loss_fn(backbone.decode(endpoint), target)
+    return LOSSES.get(settings.loss)(backbone.decode)
 
 
 def distributed(solver: Solver) -> torch.nn.Module:
@@ -118,7 +148,8 @@ def fit(
         raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
     torch.manual_seed(settings.seed)
     batches = torch.Generator().manual_seed(settings.seed + 1000 * rank())
-    loss_fn = LOSSES.get(settings.loss)(backbone)
+    loss_fn = endpoint_loss(settings, backbone)
+    targets = teacher.target(settings.target)
     optimizer = torch.optim.Adam(params, lr=settings.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_cosine(settings.warmup, settings.iterations)
@@ -144,8 +175,9 @@ def fit(
         index = torch.randint(
             len(teacher), (min(settings.batch_size, len(teacher)),), generator=batches
         )
-        noise, target = teacher.noise[index].to(device), teacher.endpoints[index].to(device)
-        loss = loss_fn(rollout(model, backbone, noise), target)
+        noise, target = teacher.noise[index].to(device), targets[index].to(device)
+        cond = on_device(None if teacher.cond is None else teacher.cond[index], device)
+        loss = loss_fn(rollout(model, backbone, noise, cond), target)
         if not torch.isfinite(loss):
             raise TrainingDivergedError(
                 f"fit of {solver.spec.label()} diverged: loss is {loss.item()} at iteration {iteration} "
@@ -196,6 +228,7 @@ def endpoint_rmse(
     total = 0.0
     for start in range(0, len(teacher), batch_size):
         part = teacher.subset(slice(start, start + batch_size))
-        error = rollout(solver, backbone, part.noise.to(device)) - part.endpoints.to(device)
+        endpoint = rollout(solver, backbone, part.noise.to(device), on_device(part.cond, device))
+        error = endpoint - part.endpoints.to(device)
         total += error.square().sum().item()
     return math.sqrt(total / teacher.endpoints.numel())

@@ -1,11 +1,13 @@
-"""Teacher endpoints: noise → teacher rollout endpoint, cached on disk by content hash.
+"""Teacher endpoints: noise (and conditioning) → teacher rollout endpoint, cached by content hash.
 
 A cache entry is a folder `teacher-<key>/` of Parquet shards plus `manifest.json`, where `key`
 hashes everything that determines the endpoints: the backbone's identity, the teacher solver
 spec, the seeds and the format version. Noise for seed s is `randn(shape, Generator(s))`, so any
 subset of seeds can be generated anywhere and in any batch. The manifest stores each shard's
 SHA-256; loading verifies them. Entries are written to a temporary folder and renamed, so a crash
-never leaves a partial entry.
+never leaves a partial entry. A conditional backbone's conditioning of each seed (past radar frames)
+is stored beside its noise, and so are its observations (the frames that really followed), the
+target of fits supervised by what was observed instead of by the teacher.
 """
 
 import hashlib
@@ -25,29 +27,58 @@ from torch import Tensor
 from tqdm import tqdm
 
 from spanlift.backbones import Backbone
-from spanlift.errors import CacheError
+from spanlift.backbones.base import conditioned
+from spanlift.errors import CacheError, SettingsError
 from spanlift.files import file_sha256
 from spanlift.solvers import SolverSpec, build_solver
 
-FORMAT = "spanlift-teacher/1"
+FORMAT = "spanlift-teacher/2"
 DEFAULT_TEACHER = SolverSpec("ipndm", nfe=35, schedule="edm", settings={"order": 4})
 SHARD_ROWS = 1024
 
 
+OPTIONAL = ("cond", "observed")
+"""Columns only conditional backbones have: conditioning and observations, one row per seed."""
+
+
 @dataclass
 class TeacherSet:
-    """Seeds, the noise they give and the teacher's endpoints, as float32 tensors (N, *shape)."""
+    """Seeds, the noise they give and the teacher's endpoints, as float32 tensors (N, *shape);
+    for conditional backbones also each seed's conditioning and observations."""
 
     seeds: Tensor
     noise: Tensor
     endpoints: Tensor
     key: str = ""
+    cond: Tensor | None = None
+    observed: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.seeds)
 
     def subset(self, index: slice | Tensor) -> "TeacherSet":
-        return TeacherSet(self.seeds[index], self.noise[index], self.endpoints[index], self.key)
+        def part(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[index]
+
+        return TeacherSet(
+            self.seeds[index],
+            self.noise[index],
+            self.endpoints[index],
+            self.key,
+            part(self.cond),
+            part(self.observed),
+        )
+
+    def target(self, supervision: str) -> Tensor:
+        """What a fit matches: the teacher's endpoints, or the observations ("observed")."""
+        if supervision == "teacher":
+            return self.endpoints
+        if self.observed is None:
+            raise SettingsError(
+                "fit target 'observed' needs a backbone with observations (nowcasting); "
+                "this teacher set has none"
+            )
+        return self.observed
 
 
 def seed_noise(seeds: Sequence[int], shape: Sequence[int]) -> Tensor:
@@ -85,16 +116,25 @@ def generate_teacher(
     solver = build_solver(teacher, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
     solver = solver.to(device)
     noise, endpoints = seed_noise(seeds, backbone.shape), []
+    cond, observed = backbone.conditioning(seeds), backbone.observations(seeds)
     bar = tqdm(
         total=len(seeds), desc=f"teacher {teacher.label()} nfe={teacher.nfe}", disable=not progress
     )
-    for batch in noise.split(batch_size):
-        endpoints.append(solver(backbone.denoise, backbone.prior(batch.to(device))).cpu())
+    for start in range(0, len(seeds), batch_size):
+        batch = noise[start : start + batch_size].to(device)
+        batch_cond = None if cond is None else cond[start : start + batch_size].to(device)
+        denoiser = conditioned(backbone, batch_cond)
+        endpoints.append(solver(denoiser, backbone.prior(batch)).cpu())
         bar.update(len(batch))
     bar.close()
     seeds_t = torch.as_tensor(list(seeds), dtype=torch.int64)
     return TeacherSet(
-        seeds_t, noise, torch.cat(endpoints).float(), teacher_key(backbone, teacher, seeds)
+        seeds_t,
+        noise,
+        torch.cat(endpoints).float(),
+        teacher_key(backbone, teacher, seeds),
+        None if cond is None else cond.float(),
+        None if observed is None else observed.float(),
     )
 
 
@@ -103,13 +143,15 @@ def _shard_table(teacher: TeacherSet) -> pa.Table:
         flat = t.reshape(len(t), -1).numpy().astype(np.float32)
         return pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), flat.shape[1])
 
-    return pa.table(
-        {
-            "seed": teacher.seeds.numpy(),
-            "noise": column(teacher.noise),
-            "endpoint": column(teacher.endpoints),
-        }
-    )
+    columns = {
+        "seed": teacher.seeds.numpy(),
+        "noise": column(teacher.noise),
+        "endpoint": column(teacher.endpoints),
+    }
+    for name in OPTIONAL:
+        if getattr(teacher, name) is not None:
+            columns[name] = column(getattr(teacher, name))
+    return pa.table(columns)
 
 
 def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
@@ -125,11 +167,17 @@ def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
             )
             files[name] = file_sha256(tmp / name)
         shape = list(teacher.noise.shape[1:])
+        shapes = {
+            name: list(getattr(teacher, name).shape[1:])
+            for name in OPTIONAL
+            if getattr(teacher, name) is not None
+        }
         manifest = {
             "format": FORMAT,
             "key": teacher.key,
             "count": len(teacher),
             "shape": shape,
+            "shapes": shapes,
             "files": files,
         }
         (tmp / "manifest.json").write_text(json.dumps({**manifest, **metadata}, indent=2))
@@ -150,12 +198,14 @@ def read_teacher(folder: Path) -> TeacherSet:
     manifest_path = folder / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text())
-        files, shape = manifest["files"], manifest["shape"]
+        files, shape, shapes = manifest["files"], manifest["shape"], manifest["shapes"]
     except (OSError, ValueError, KeyError) as exc:
         raise CacheError(
             f"teacher cache {folder} has no readable manifest ({exc}); delete the folder"
         ) from None
-    seeds, noise, endpoints = [], [], []
+    columns: dict[str, list[Tensor]] = {"seed": [], "noise": [], "endpoint": []}
+    columns.update({name: [] for name in shapes})
+    shapes = {"noise": shape, "endpoint": shape, **shapes}
     for name, expected in files.items():
         path = folder / name
         if not path.is_file() or file_sha256(path) != expected:
@@ -163,11 +213,19 @@ def read_teacher(folder: Path) -> TeacherSet:
                 f"teacher cache shard {path} is missing or corrupt (checksum mismatch); delete {folder}"
             )
         table = pq.read_table(path)
-        seeds.append(torch.from_numpy(table["seed"].to_numpy().copy()))
-        for out, col in ((noise, "noise"), (endpoints, "endpoint")):
+        columns["seed"].append(torch.from_numpy(table["seed"].to_numpy().copy()))
+        for col, col_shape in shapes.items():
             values = table[col].combine_chunks().flatten().to_numpy()
-            out.append(torch.from_numpy(values.copy()).reshape(-1, *shape))
-    return TeacherSet(torch.cat(seeds), torch.cat(noise), torch.cat(endpoints), manifest["key"])
+            columns[col].append(torch.from_numpy(values.copy()).reshape(-1, *col_shape))
+    whole = {name: torch.cat(parts) for name, parts in columns.items()}
+    return TeacherSet(
+        whole["seed"],
+        whole["noise"],
+        whole["endpoint"],
+        manifest["key"],
+        whole.get("cond"),
+        whole.get("observed"),
+    )
 
 
 def teacher_folder(

@@ -7,7 +7,7 @@ See `sweeps/digits_nfe.yaml` for a commented example of every section.
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,11 @@ class SolverEntry:
     nfe: tuple[int, ...]
     settings: dict[str, Any] = field(default_factory=dict)
     search: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    fit: dict[str, Any] = field(default_factory=dict)
+    """Fit settings of this entry that differ from the sweep's `fit` (loss, target, …)."""
+    label: str = ""
+    """The name its runs carry on the leaderboard (default: the solver's name), so one solver
+    fitted two ways is ranked as two rows, e.g. `spanlift (pooled, teacher)`."""
 
     def grid(self) -> list[SolverSpec]:
         keys = list(self.search)
@@ -116,7 +121,15 @@ class SweepConfig:
 
     def trials(self) -> list[SolverSpec]:
         """Every configuration of the grid, in file order."""
-        return [spec for entry in self.solvers for spec in entry.grid()]
+        return [spec for _, spec in self.grid()]
+
+    def grid(self) -> list[tuple[SolverEntry, SolverSpec]]:
+        """Every configuration of the grid with the entry it comes from, in file order."""
+        return [(entry, spec) for entry in self.solvers for spec in entry.grid()]
+
+    def fit_of(self, entry: SolverEntry) -> FitSettings:
+        """The fit settings of an entry: the sweep's, with the entry's own on top."""
+        return replace(self.fit, **entry.fit)
 
     def as_dict(self) -> dict[str, Any]:
         """The validated sweep, defaults filled in, as plain data (stored with the Tune state)."""
@@ -186,7 +199,7 @@ def _checked(reader: _Reader, key: str, check: Any) -> None:
 
 def _solver_entry(data: Any, path: str, source: str) -> SolverEntry:
     r = _Reader(data, path, source)
-    r.only("name", "nfe", "settings", "search")
+    r.only("name", "nfe", "settings", "search", "fit", "label")
     name = r.get("name", str, expected="a solver name")
     _checked(r, "name", lambda: SOLVERS.get(name))
     nfe = r.get("nfe", (int, list), expected="an NFE or a list of NFEs")
@@ -198,7 +211,14 @@ def _solver_entry(data: Any, path: str, source: str) -> SolverEntry:
         if not isinstance(values, list) or not values:
             search_reader.fail(key, values, "a non-empty list of values")
         search[key] = tuple(values)
-    entry = SolverEntry(name, nfe, settings, search)
+    fit = r.get("fit", dict, {}, "a mapping of fit settings")
+    for key in fit:
+        if key not in FitSettings().to_dict():
+            r.error(
+                f"fit.{key}",
+                f"unknown key; the keys here are: {', '.join(FitSettings().to_dict())}",
+            )
+    entry = SolverEntry(name, nfe, settings, search, fit, r.get("label", str, ""))
     for spec in entry.grid():
         _checked(r, "settings", lambda spec=spec: check_settings(spec.name, spec.settings))
         _checked(r, "nfe", lambda spec=spec: steps_for_nfe(spec.name, spec.nfe, spec.settings))
@@ -253,7 +273,7 @@ def _optional_path(value: str | None, folder: Path) -> Path | None:
     return (folder / Path(value).expanduser()).resolve() if value else None
 
 
-PATH_OPTIONS = ("weights", "path", "dir", "root")
+PATH_OPTIONS = ("weights", "path", "dir", "root", "data")
 """Backbone options whose names end so hold paths: relative ones are relative to the file."""
 
 
@@ -331,6 +351,11 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         raise SweepConfigError(f"{source}: fit: {exc}") from None
     if fit.loss not in LOSSES:
         f.fail("loss", fit.loss, f"one of {', '.join(LOSSES.names())}")
+    for i, entry in enumerate(solvers):
+        try:
+            replace(fit, **entry.fit)
+        except SpanliftError as exc:
+            raise SweepConfigError(f"{source}: solvers[{i}].fit: {exc}") from None
 
     res = r.child("resources", {})
     res.only(

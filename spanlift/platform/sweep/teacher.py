@@ -26,10 +26,8 @@ from spanlift.platform.fitting.teacher import (
     write_teacher,
 )
 from spanlift.platform.sweep.config import SweepConfig
+from spanlift.seeds import TEST_SEED_OFFSET
 from spanlift.solvers import SolverSpec
-
-TEST_SEED_OFFSET = 10**9
-"""Test seeds start here, so they never overlap the training seeds."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +74,14 @@ def generate_parallel(
             done, pending = ray.wait(pending, num_returns=1)
             endpoints[order[done[0]]] = ray.get(done[0])
             bar.update(len(pieces[order[done[0]]]))
+    cond, observed = backbone.conditioning(seeds), backbone.observations(seeds)
     return TeacherSet(
         torch.as_tensor(list(seeds), dtype=torch.int64),
         seed_noise(seeds, backbone.shape),
         torch.from_numpy(np.concatenate(endpoints)),  # type: ignore[arg-type]
         teacher_key(backbone, teacher, seeds),
+        None if cond is None else cond.float(),
+        None if observed is None else observed.float(),
     )
 
 

@@ -17,7 +17,7 @@ weights.
 import math
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,8 @@ from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetu
 from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_grid import save_sample_grid
-from spanlift.platform.evaluation.sample_metrics import evaluate_samples
-from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
+from spanlift.platform.sweep.config import SolverEntry, SweepConfig
 from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
 from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
 from spanlift.platform.tracking.runs import (
@@ -77,16 +77,30 @@ class SweepContext:
         return loaded_backbone(self.config.backbone, self.config.backbone_options)
 
 
-def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
-    """The solver spec a Tune config stands for: a grid index, or TPE's per-entry choices."""
+def trial_entry(params: dict[str, Any], config: SweepConfig) -> tuple[SolverEntry, SolverSpec]:
+    """The solver entry and spec a Tune config stands for: a grid index, or TPE's per-entry
+    choices."""
     if "trial" in params:
-        return config.trials()[int(params["trial"])]
+        return config.grid()[int(params["trial"])]
     index = int(params["entry"])
     entry = config.solvers[index]
     searched = {k: params[f"{index}.{k}"] for k in entry.search}
-    return SolverSpec(
+    spec = SolverSpec(
         entry.name, int(params[f"{index}.nfe"]), "edm", {**entry.settings, **searched}
     )
+    return entry, spec
+
+
+def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
+    """The solver spec a Tune config stands for."""
+    return trial_entry(params, config)[1]
+
+
+def with_entry_fit(context: SweepContext, entry: SolverEntry) -> SweepContext:
+    """The context as the entry's trials see it: the sweep's fit with the entry's own on top."""
+    if not entry.fit:
+        return context
+    return replace(context, config=replace(context.config, fit=context.config.fit_of(entry)))
 
 
 def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
@@ -139,8 +153,9 @@ def run_tags(context: SweepContext) -> dict[str, str]:
 
 def run_trial(params: dict[str, Any], context: SweepContext) -> None:
     """The Tune function of a sweep: reports every metric of the configuration to the searcher."""
+    entry, spec = trial_entry(params, context.config)
+    context = with_entry_fit(context, entry)
     config = context.config
-    spec = trial_spec(params, config)
     key = configuration(spec, context).key()
     runs = ConfigurationRuns(context.tracking_uri, config.experiment)
     earlier = runs.find(key, None if context.reuse_across_versions else code_version())
@@ -152,22 +167,26 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
     loads_before = backbone_loads()
     backbone = context.backbone()
     nfe = load_solver(spec, None, backbone).nfe
-    run_id = runs.open(key, run_name(spec, nfe), run_params(spec, nfe, context), run_tags(context))
+    params = {**run_params(spec, nfe, context), **({"solver": entry.label} if entry.label else {})}
+    name = f"{entry.label} nfe={nfe}" if entry.label else run_name(spec, nfe)
+    run_id = runs.open(key, name, params, run_tags(context))
     try:
         fitted = fitted_checkpoint(spec, context, backbone)
         evaluators = evaluator_pool(context)
         test = context.teachers.test
         metrics, samples = evaluators.call("score", spec, fitted.path, test)
-        extra_metrics, extra_params = evaluation_metrics(spec, fitted.path, context, evaluators)
+        report = evaluation_metrics(spec, fitted.path, context, evaluators)
+        extra_metrics, extra_params = (report.metrics(), report.params()) if report else ({}, {})
         loads = {"model_loads": float(backbone_loads() - loads_before + evaluators.loads)}
         with tempfile.TemporaryDirectory() as folder:
             grid = save_sample_grid(samples, Path(folder) / "samples.png")
             diagnostics, ratio = trial_diagnostics(spec, fitted.path, context, backbone, folder)
             metrics = {**metrics, **fitted.metrics(), **extra_metrics, **ratio, **loads}
+            scores = skill_file(report, Path(folder))
             runs.finish(
                 run_id,
                 metrics,
-                [grid, *diagnostics, *([fitted.path] if fitted.path else [])],
+                [grid, *diagnostics, *scores, *([fitted.path] if fitted.path else [])],
                 extra_params,
                 histories={"loss": fitted.losses} if fitted.losses else None,
             )
@@ -309,15 +328,23 @@ def evaluator_pool(context: SweepContext) -> EvaluatorPool:
 
 def evaluation_metrics(
     spec: SolverSpec, checkpoint: Path | None, context: SweepContext, evaluators: EvaluatorPool
-) -> tuple[dict[str, float], dict[str, str]]:
-    """The YAML's sample metrics (FID, LPIPS, ImageReward) on the sweep's evaluators; ({}, {})
-    when none are asked."""
+) -> SampleReport | None:
+    """The YAML's sample metrics (FID, LPIPS, ImageReward, skill) on the sweep's evaluators;
+    None when none are asked."""
     evaluation = context.config.evaluation
     metrics = tuple(m for m in evaluation.metrics if m in SAMPLE_METRICS)
     if not metrics:
-        return {}, {}
+        return None
     reference = ReferenceSet(
         evaluation.reference, evaluation.reference_samples, context.config.teacher.solver
     )
-    report = evaluate_samples(evaluators, spec, checkpoint, evaluation.samples, metrics, reference)
-    return report.metrics(), report.params()
+    return evaluate_samples(evaluators, spec, checkpoint, evaluation.samples, metrics, reference)
+
+
+def skill_file(report: SampleReport | None, folder: Path) -> list[Path]:
+    """The skill scores per threshold, pool and lead time as NetCDF, when they were computed."""
+    if report is None or report.skill is None:
+        return []
+    path = folder / "skill-scores.nc"
+    report.skill.to_dataset().to_netcdf(path, engine="h5netcdf")
+    return [path]

@@ -19,6 +19,18 @@ class Metric:
     against: tuple[str, ...] = ()  # the run params that say what a value is relative to
 
 
+SKILL_AGAINST = ("skill.reference", "eval.samples")
+THRESHOLDS = (16, 74, 133, 160, 181, 219)
+SKILL_METRICS = (
+    Metric("csi_m", "max", "CSI averaged over the VIL thresholds", SKILL_AGAINST),
+    Metric("csi4", "max", "CSI after 4×4 max-pooling, mean over thresholds", SKILL_AGAINST),
+    Metric("csi16", "max", "CSI after 16×16 max-pooling, mean over thresholds", SKILL_AGAINST),
+    Metric("hss", "max", "Heidke skill score, mean over thresholds", SKILL_AGAINST),
+    *(Metric(f"csi_{t}", "max", f"CSI at VIL ≥ {t}", SKILL_AGAINST) for t in THRESHOLDS),
+)
+"""Nowcasting skill against the observed frames (nowcasting/scores.py `summary`)."""
+
+
 METRICS = {
     m.name: m
     for m in (
@@ -38,6 +50,7 @@ METRICS = {
             ("lpips.detector", "lpips.reference", "eval.samples"),
         ),
         Metric("image_reward", "max", "ImageReward score", ("image_reward.detector",)),
+        *SKILL_METRICS,
         Metric("ms_per_image", "min", "sampling time per image, best of 3", ("eval.device",)),
         Metric("latency_ms_per_image", "min", "sampling time per image", ("eval.device",)),
         Metric(
@@ -58,6 +71,11 @@ EVALUATION_METRICS = {
     "image_reward": ("image_reward", "latency_ms_per_image", "throughput_images_per_s"),
     "latency": ("latency_ms_per_image", "throughput_images_per_s"),
     "diagnostics": ("out_of_span_ratio",),
+    "skill": (
+        *(m.name for m in SKILL_METRICS),
+        "latency_ms_per_image",
+        "throughput_images_per_s",
+    ),
 }
 """The metrics each entry of an evaluation section adds."""
 
