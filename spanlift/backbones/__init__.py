@@ -1,6 +1,6 @@
 """Frozen model adapters, each giving a denoiser D(x, σ) in EDM σ-form. Knows nothing of Ray or MLflow."""
 
-from spanlift.backbones import digits, gmm  # noqa: F401
+from spanlift.backbones import digits, gmm, latent_nowcast, nowcast  # noqa: F401
 from spanlift.backbones.base import Backbone
 from spanlift.backbones.registry import BACKBONES
 

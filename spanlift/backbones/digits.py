@@ -4,7 +4,6 @@ The 1 797 bundled 8×8 digit images are scaled to [-1, 1] and resized to 16×16.
 checkpoint `weights/digits_unet.pt` was produced by `spanlift train-digits` (see train_digits.py).
 """
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from spanlift.backbones.base import Backbone
 from spanlift.backbones.edm_precond import EDMPrecond
 from spanlift.backbones.registry import BACKBONES
 from spanlift.backbones.unet import UNet, UNetConfig
+from spanlift.backbones.weights import read_weights, weights_digest
 from spanlift.errors import CheckpointError
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "digits_unet.pt"
@@ -37,15 +37,8 @@ def digits_dataset(size: int = IMAGE_SIZE) -> Tensor:
 
 def load_weights(path: Path) -> dict:
     """Read a digits checkpoint with `weights_only=True`; a missing or bad file is a clear error."""
-    if not path.is_file():
-        raise CheckpointError(
-            f"digits backbone weights not found: {path}; create them with "
-            f"`spanlift train-digits --out {path}` or pass weights=<file>"
-        )
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"cannot read digits backbone weights {path}: {exc}") from None
+    remedy = f"create them with `spanlift train-digits --out {path}` or pass weights=<file>"
+    return read_weights(path, "digits backbone", remedy)
 
 
 @BACKBONES.register("digits")
@@ -69,9 +62,7 @@ class DigitsUNet(Backbone):
             self.model.load_state_dict(state["ema"])
         except RuntimeError as exc:
             raise CheckpointError(f"digits weights {path} do not fit the network: {exc}") from None
-        self._digest = hashlib.sha256(
-            b"".join(t.numpy().tobytes() for t in state["ema"].values())
-        ).hexdigest()[:16]
+        self._digest = weights_digest(state["ema"])
         self.freeze()
 
     def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:

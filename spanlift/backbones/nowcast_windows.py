@@ -37,6 +37,12 @@ def sample_to_vil(x: Tensor) -> Tensor:
     return ((x + 1) * 127.5).clamp(0, 255)
 
 
+def frames_side_by_side(frames: Tensor) -> Tensor:
+    """uint8 forecasts (N, H, W, T), frames as channels, as one grey strip per sample
+    (N, H, T·W, 1): how sample grids show a forecast."""
+    return frames.permute(0, 1, 3, 2).reshape(len(frames), frames.shape[1], -1, 1)
+
+
 def pool_to_grid(frames: Tensor, grid: int) -> Tensor:
     """Max-pool uint8 frames (..., 128, 128) to (..., grid, grid)."""
     size = frames.shape[-1]

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 @dataclass(frozen=True)
 class UNetConfig:
     in_channels: int = 1
+    out_channels: int | None = None  # None: as many as in_channels
     channels: int = 32
     channel_mult: tuple[int, ...] = (1, 2)
     blocks_per_level: int = 2
@@ -123,7 +124,7 @@ class UNet(nn.Module):
         self.head = nn.Sequential(
             nn.GroupNorm(min(config.groups, c), c),
             nn.SiLU(),
-            nn.Conv2d(c, config.in_channels, 3, padding=1),
+            nn.Conv2d(c, config.out_channels or config.in_channels, 3, padding=1),
         )
 
     def forward(self, x: Tensor, c_noise: Tensor) -> Tensor:
