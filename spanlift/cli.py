@@ -7,7 +7,11 @@
     spanlift sweep sweeps/digits_nfe.yaml [--address auto] [--resume | --restart]
     spanlift eval --backbone digits --solver ipndm --nfe 3 --metrics fid --samples 10000
     spanlift leaderboard --experiment digits-nfe [--metric rmse] [--by-fit] [--csv F] [--plot F]
+    spanlift nowcast synth --events 64 --out data/sevir_synth     synthetic storms, SEVIR layout
+    spanlift nowcast prepare --sevir-root /data/sevir --out data/sevir_lr.zarr
+    spanlift nowcast eval --data data/sevir_synth --solvers paper --nfe 5 --teacher-nfe 100
     spanlift train-digits                 retrain the embedded digits denoiser
+    spanlift train-nowcast                retrain the embedded nowcasting denoiser
     spanlift train-digits-detector        retrain the digits FID detector
 
 User errors print one line and exit with status 2; bugs keep their traceback.
@@ -57,9 +61,10 @@ def cmd_backbones(args: argparse.Namespace) -> None:
 
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
     from spanlift.platform.fitting.teacher import load_or_generate
+    from spanlift.seeds import TEST_SEED_OFFSET
 
     train = load_or_generate(args.cache, backbone, range(args.train_samples))
-    test_seeds = range(10**9, 10**9 + args.test_samples)  # disjoint from training seeds
+    test_seeds = range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + args.test_samples)
     return train, load_or_generate(args.cache, backbone, test_seeds)
 
 
@@ -195,6 +200,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
 
 
 DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
+NOWCAST_UNET = "spanlift/backbones/weights/nowcast_unet.pt"
+PAPER_SOLVERS = "ddim, dpm_solver_pp, unipc, ipndm, dyweight, spanlift, +pooled, +observed"
 DETECTOR = "spanlift/platform/evaluation/weights/digits_detector.pt"
 ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
 
@@ -256,6 +263,73 @@ def print_sample_report(samples: Any, evaluators: int) -> None:
         f"{samples.throughput_images_per_s:.1f} images/s over {evaluators} evaluators "
         f"on {samples.device}"
     )
+
+
+def cmd_nowcast_synth(args: argparse.Namespace) -> None:
+    from spanlift.nowcasting.synthetic import write_synthetic_sevir
+
+    if args.events < 1:
+        raise SettingsError(f"--events: expected a positive number, got {args.events}")
+    root = write_synthetic_sevir(args.out, events=args.events, seed=args.seed)
+    print(f"wrote {args.events} synthetic storm events in SEVIR's layout to {root}")
+
+
+def cmd_nowcast_prepare(args: argparse.Namespace) -> None:
+    from spanlift.nowcasting.store import prepare_sevir_lr
+
+    path = prepare_sevir_lr(args.sevir_root, args.out, stride=args.stride)
+    print(f"wrote SEVIR-LR windows to {path}")
+
+
+def cmd_nowcast_eval(args: argparse.Namespace) -> None:
+    from spanlift.platform.evaluation.nowcast_suite import (
+        SuiteRequest,
+        format_table,
+        parse_solvers,
+        run_suite,
+    )
+    from spanlift.platform.fitting.fit import FitSettings
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    from spanlift.solvers import SolverSpec
+
+    for name in ("train_samples", "evaluators", "teacher_nfe", "nfe"):
+        if getattr(args, name) < 1:
+            flag = "--" + name.replace("_", "-")
+            raise SettingsError(f"{flag}: expected a positive number, got {getattr(args, name)}")
+    fit = FitSettings(
+        iterations=args.iterations, batch_size=args.batch_size, lr=args.lr, seed=args.seed
+    )
+    experiment = args.experiment or f"nowcast-{Path(args.data).name.replace('_', '-')}"
+    request = SuiteRequest(
+        data=args.data,
+        rows=tuple(parse_solvers(args.solvers, args.nfe, fit)),
+        teacher=SolverSpec("euler", args.teacher_nfe),
+        train_samples=args.train_samples,
+        test_samples=args.test_samples,
+        evaluators=args.evaluators,
+        cache=args.cache,
+        out=args.out,
+        weights=args.weights,
+        lpips_weights=args.lpips_weights,
+        tracking_uri=None if args.no_tracking else resolve_tracking_uri(args.tracking_uri),
+        experiment=experiment,
+    )
+    result = run_suite(request, args.address, args.num_cpus)
+    samples = next(iter(result.reports.values())).samples
+    print(f"\nskill on {samples} held-out windows of {args.data} (VIL ≥ threshold, counts summed)")
+    print(format_table(result))
+    for name, reason in next(iter(result.reports.values())).unavailable.items():
+        print(f"{name} unavailable: {reason}")
+    print("wrote " + ", ".join(str(f) for f in result.files))
+    if result.run_ids:
+        print(f"MLflow: {len(result.run_ids)} runs in experiment {experiment!r}; rank them:")
+        print(f"  spanlift leaderboard --experiment {experiment} --metric csi16")
+
+
+def cmd_train_nowcast(args: argparse.Namespace) -> None:
+    from spanlift.backbones.train_nowcast import train_nowcast
+
+    print(f"wrote {train_nowcast(args.data, args.out, steps=args.steps, seed=args.seed)}")
 
 
 def cmd_train_digits(args: argparse.Namespace) -> None:
@@ -369,6 +443,8 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
     ev.set_defaults(run=cmd_eval)
 
+    add_nowcast_commands(sub)
+
     board = sub.add_parser("leaderboard", help="rank solvers of an experiment from MLflow")
     board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep's)")
     board.add_argument("--metric", default="rmse", help="metric to rank by (default rmse)")
@@ -395,7 +471,63 @@ def parser() -> argparse.ArgumentParser:
         train.add_argument("--seed", type=int, default=0)
         train.add_argument("--out", type=Path, default=Path(out), help=f"default: {out}")
         train.set_defaults(run=run)
+    train = sub.add_parser("train-nowcast", help="retrain the embedded nowcasting denoiser")
+    train.add_argument("--data", type=Path, default=Path("data/sevir_train"), help="SEVIR folder")
+    train.add_argument("--steps", type=int, default=3000)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--out", type=Path, default=Path(NOWCAST_UNET), help=f"default: {NOWCAST_UNET}"
+    )
+    train.set_defaults(run=cmd_train_nowcast)
     return root
+
+
+def add_nowcast_commands(sub: Any) -> None:
+    """`spanlift nowcast synth | prepare | eval`."""
+    nowcast = sub.add_parser("nowcast", help="the precipitation-nowcasting suite (SEVIR)")
+    steps = nowcast.add_subparsers(dest="nowcast", required=True)
+    synth = steps.add_parser("synth", help="write synthetic storms in SEVIR's layout")
+    synth.add_argument("--events", type=int, default=64, help="storm events (default 64)")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--out", type=Path, default=Path("data/sevir_synth"))
+    synth.set_defaults(run=cmd_nowcast_synth)
+
+    prepare = steps.add_parser("prepare", help="SEVIR → SEVIR-LR windows in Zarr or NetCDF, once")
+    prepare.add_argument("--sevir-root", type=Path, required=True, help="folder with CATALOG.csv")
+    prepare.add_argument("--out", type=Path, required=True, help="a .zarr or .nc path")
+    prepare.add_argument("--stride", type=int, default=12, help="frames between windows")
+    prepare.set_defaults(run=cmd_nowcast_prepare)
+
+    ev = steps.add_parser("eval", help="the paper's nowcasting table: fit, score, record")
+    ev.add_argument(
+        "--data", type=Path, default=Path("data/sevir_synth"), help="SEVIR folder or store"
+    )
+    ev.add_argument(
+        "--solvers",
+        default="ddim,dpm_solver_pp,spanlift",
+        help="comma-separated of ddim, dpm_solver_pp, unipc, ipndm, dyweight, spanlift, each "
+        "optionally +pooled (pooled-field loss) and/or +observed (fit to observed frames); "
+        f"or 'paper' for {PAPER_SOLVERS}",
+    )
+    ev.add_argument("--nfe", type=int, default=5, help="steps of the few-step solvers (default 5)")
+    ev.add_argument("--teacher-nfe", type=int, default=100, help="DDIM teacher steps (default 100)")
+    ev.add_argument("--train-samples", type=int, default=256, help="teacher samples to fit on")
+    ev.add_argument("--test-samples", type=int, default=0, help="default: every held-out window")
+    ev.add_argument("--iterations", type=int, default=200, help="fit iterations (default 200)")
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--lr", type=float, default=5e-3)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--weights", type=Path, help=f"denoiser weights (default {NOWCAST_UNET})")
+    ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors (default 2)")
+    ev.add_argument("--lpips-weights", type=Path, help=f"AlexNet weights (default {ALEXNET_HINT})")
+    ev.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
+    ev.add_argument("--out", type=Path, default=Path("runs/nowcast"), help="results folder")
+    ev.add_argument("--experiment", help="MLflow experiment (default: nowcast-<data folder>)")
+    ev.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
+    ev.add_argument("--no-tracking", action="store_true", help="do not record MLflow runs")
+    ev.add_argument("--address", help="Ray cluster address (default: a local Ray)")
+    ev.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+    ev.set_defaults(run=cmd_nowcast_eval)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

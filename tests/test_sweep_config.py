@@ -28,12 +28,19 @@ VALID = {
 
 @pytest.mark.parametrize(
     ("name", "trials"),
-    [("digits_nfe", 23), ("digits_fid", 23), ("gmm_smoke", 2), ("operator_ablation", 6)],
+    [
+        ("digits_nfe", 23),
+        ("digits_fid", 23),
+        ("gmm_smoke", 2),
+        ("operator_ablation", 6),
+        ("nowcast_synth", 8),
+    ],
 )
 def test_shipped_sweeps_load(name: str, trials: int) -> None:
     config = load_sweep(SWEEPS / f"{name}.yaml")
     assert len(config.trials()) == trials
-    assert len({spec.key() for spec in config.trials()}) == trials  # no configuration twice
+    fitted_as = {(spec.key(), str(config.fit_of(entry))) for entry, spec in config.grid()}
+    assert len(fitted_as) == trials  # no configuration twice
 
 
 def test_grid_is_the_product_of_nfe_and_search_lists() -> None:
@@ -90,6 +97,12 @@ def changed(path: list, value: object) -> dict:
         (changed(["search"], {"mode": "best"}), "search.mode"),
         (changed(["fit"], {"lr": -1.0}), "fit: fit setting lr must be a positive number"),
         (changed(["fit"], {"epochs": 3}), "fit.epochs: unknown key"),
+        (changed(["solvers", 0, "fit"], {"epochs": 3}), "solvers[0].fit.epochs: unknown key"),
+        (
+            changed(["solvers", 0, "fit"], {"target": "future"}),
+            "solvers[0].fit: fit setting target must be one of teacher, observed",
+        ),
+        (changed(["solvers", 0, "label"], 3), "solvers[0].label: expected a str"),
         (changed(["resources"], {"workers": 0}), "resources.workers: expected a positive integer"),
         (
             changed(["resources"], {"use_gpu": "yes"}),

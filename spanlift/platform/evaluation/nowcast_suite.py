@@ -1,0 +1,301 @@
+"""`spanlift nowcast eval`: the paper's nowcasting table on a SEVIR-format data set.
+
+    teacher   DDIM (= Euler in σ-form) with `teacher_nfe` steps, on the training windows
+    solvers   each at `nfe`; a learnable one is fitted in this process by endpoint matching, with
+              its fit variant: `name` (MSE against the teacher), `name+pooled` (the pooled-field
+              loss, losses.py), `name+observed` (against the observed frames instead of the
+              teacher), or both (`name+pooled+observed`)
+    scoring   the forecasts of the held-out windows on Ray evaluator actors: contingency counts
+              per threshold, pool and lead time (merged exactly over actors), LPIPS per frame
+              against the observed frames where AlexNet's weights exist
+    results   a table, the per-lead scores as NetCDF, CSI/HSS against lead time and a strip of
+              observed and forecast frames as PNG, and one MLflow run per row
+
+The teacher itself is scored as a row too, so the table reads like the paper's: a reference
+row, then the few-step solvers.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+import xarray as xr
+
+from spanlift.backbones import Backbone, load_backbone
+from spanlift.errors import SettingsError
+from spanlift.nowcasting.plots import plot_frame_strip, plot_lead_time_scores
+from spanlift.platform.configuration import Configuration, code_version
+from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.pool import running_evaluators
+from spanlift.platform.evaluation.reference import ReferenceSet
+from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
+from spanlift.platform.fitting.compare import fit_spec
+from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, rollout
+from spanlift.platform.fitting.teacher import load_or_generate, seed_noise
+from spanlift.platform.ray_runtime import start_ray
+from spanlift.platform.tracking.runs import (
+    CODE_TAG,
+    ConfigurationRuns,
+    connect,
+    experiment_id,
+    solver_params,
+    source_tags,
+)
+from spanlift.seeds import FID_FIRST_SEED, TEST_SEED_OFFSET
+from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import build, load_solver
+
+SOLVERS = {  # the suite's names → (registered solver, settings); `ddim` is Euler in σ-form
+    "ddim": ("euler", {}),
+    "dpm_solver_pp": ("dpm_solver_pp", {"order": 2}),
+    "unipc": ("unipc", {"order": 2}),
+    "ipndm": ("ipndm", {"order": 3}),
+    "dyweight": ("dyweight", {"order": 3}),
+    "spanlift": ("spanlift", {"base": "dyweight", "operator": "spatial"}),
+}
+PAPER = "ddim,dpm_solver_pp,unipc,ipndm,dyweight,spanlift,spanlift+pooled,spanlift+observed"
+"""`--solvers paper`: the rows of the paper's nowcasting table (pooled stands for its feature
+loss, which is Inception's there)."""
+VARIANTS = {"pooled": {"loss": "pooled"}, "observed": {"target": "observed"}}
+METRICS = ("skill", "lpips")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One solver of the table: how it is named, built and fitted."""
+
+    label: str
+    spec: SolverSpec
+    fit: FitSettings
+
+
+def parse_solvers(text: str, nfe: int, fit: FitSettings) -> list[Row]:
+    """`ddim,spanlift+pooled,...` (or `paper`) into rows; an unknown name or variant is refused."""
+    rows = []
+    for token in (PAPER if text.strip() == "paper" else text).split(","):
+        name, *variants = token.strip().split("+")
+        if name not in SOLVERS:
+            raise SettingsError(
+                f"--solvers: unknown solver {name!r}; expected some of {', '.join(SOLVERS)}"
+                " (or 'paper'), each optionally +pooled and/or +observed"
+            )
+        settings = dict(fit.to_dict())
+        for variant in variants:
+            if variant not in VARIANTS:
+                raise SettingsError(
+                    f"--solvers: unknown variant +{variant} of {name}; expected +pooled or +observed"
+                )
+            settings.update(VARIANTS[variant])
+        solver, solver_settings = SOLVERS[name]
+        row_fit = FitSettings(**settings)
+        rows.append(
+            Row(row_label(name, row_fit), SolverSpec(solver, nfe, "edm", solver_settings), row_fit)
+        )
+    if not rows:
+        raise SettingsError("--solvers: expected at least one solver")
+    return rows
+
+
+def row_label(name: str, fit: FitSettings) -> str:
+    """`ddim`, or for a learned solver how it was fitted: `spanlift (mse, teacher)`."""
+    learned = name in ("dyweight", "spanlift")
+    return f"{name} ({fit.loss}, {fit.target})" if learned else name
+
+
+@dataclass(frozen=True)
+class SuiteRequest:
+    data: Path
+    rows: tuple[Row, ...]
+    teacher: SolverSpec
+    train_samples: int
+    test_samples: int  # 0: every held-out window once
+    evaluators: int
+    cache: Path
+    out: Path
+    weights: Path | None = None
+    lpips_weights: Path | None = None
+    tracking_uri: str | None = None
+    experiment: str = ""
+
+
+@dataclass
+class SuiteResult:
+    rows: list[str] = field(default_factory=list)
+    reports: dict[str, SampleReport] = field(default_factory=dict)
+    rmse: dict[str, float] = field(default_factory=dict)
+    fit_seconds: dict[str, float] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    run_ids: dict[str, str] = field(default_factory=dict)
+
+
+def backbone_options(request: SuiteRequest) -> dict[str, Any]:
+    options: dict[str, Any] = {"data": str(request.data)}
+    if request.weights:
+        options["weights"] = str(request.weights)
+    return options
+
+
+def run_suite(
+    request: SuiteRequest, address: str | None = None, num_cpus: int | None = None
+) -> SuiteResult:
+    """Fit, score and record every row; see the module docstring."""
+    options = backbone_options(request)
+    backbone = load_backbone("nowcast", **options)
+    for row in request.rows:  # every spec is checked before any work starts
+        build(row.spec, backbone)
+    runs = open_runs(request)
+    held_out = request.test_samples or len(backbone.windows.test)
+    train = load_or_generate(request.cache, backbone, range(request.train_samples), request.teacher)
+    test_seeds = range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + held_out)
+    test = load_or_generate(request.cache, backbone, test_seeds, request.teacher)
+    result, checkpoints = SuiteResult(), {}
+    teacher_label = f"teacher ddim {request.teacher.nfe}"
+    fitted: dict[str, dict[str, Path]] = {}  # per fit variant, so bases are fitted alike
+    for row in request.rows:
+        variant = fitted.setdefault(f"{row.fit.loss}/{row.fit.target}", {})
+        solver, seconds = fit_spec(
+            row.spec, backbone, train, row.fit, request.out / "fitted", True, variant
+        )
+        checkpoints[row.label] = variant.get(row.spec.key())
+        result.rmse[row.label] = endpoint_rmse(solver, backbone, test)
+        result.fit_seconds[row.label] = seconds
+    setup = EvaluatorSetup(
+        "nowcast",
+        "",
+        request.cache / "eval",
+        options,
+        lpips_weights=request.lpips_weights,
+        teacher=request.teacher,
+    )
+    specs = {teacher_label: (request.teacher, None)}
+    specs |= {row.label: (row.spec, checkpoints[row.label]) for row in request.rows}
+    start_ray(address, request.out, num_cpus)
+    cpus = ray.available_resources().get("CPU", 1) / request.evaluators
+    setup = replace(setup, threads=max(1, math.floor(cpus)))
+    with running_evaluators(setup, request.evaluators, cpus=cpus) as pool:
+        for label, (spec, checkpoint) in specs.items():
+            result.reports[label] = evaluate_samples(
+                pool, spec, checkpoint, held_out, METRICS, ReferenceSet()
+            )
+            result.rows.append(label)
+    result.files = write_outputs(result, backbone, specs, request.out)
+    if runs is not None:
+        result.run_ids = record_runs(runs, request, result, specs, options)
+    return result
+
+
+def per_lead(result: SuiteResult) -> dict[str, xr.Dataset]:
+    return {label: result.reports[label].skill.to_dataset() for label in result.rows}
+
+
+def write_outputs(
+    result: SuiteResult,
+    backbone: Backbone,
+    specs: dict[str, tuple[SolverSpec, Path | None]],
+    out: Path,
+) -> list[Path]:
+    """The per-lead scores of every row as one NetCDF (dim `solver`), the lead-time plot and the
+    frame strip of the first held-out window."""
+    out.mkdir(parents=True, exist_ok=True)
+    scores = per_lead(result)
+    netcdf = out / "nowcast-scores.nc"
+    combined = xr.concat(list(scores.values()), dim="solver").assign_coords(solver=list(scores))
+    combined.to_netcdf(netcdf, engine="h5netcdf")
+    lead_plot = plot_lead_time_scores(scores, out / "nowcast-lead-time.png")
+    strip = plot_frame_strip(*forecast_strip(backbone, specs), out / "nowcast-frames.png")
+    return [netcdf, lead_plot, strip]
+
+
+@torch.no_grad()
+def forecast_strip(
+    backbone: Backbone, specs: dict[str, tuple[SolverSpec, Path | None]]
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Past and observed frames of the first scored window, and each row's forecast of it, on
+    the VIL scale."""
+    from spanlift.backbones.nowcast_windows import sample_to_vil
+
+    seeds = [FID_FIRST_SEED]
+    cond, noise = backbone.conditioning(seeds), seed_noise(seeds, backbone.shape)
+    forecasts = {
+        label: sample_to_vil(
+            backbone.decode(rollout(load_solver(spec, ckpt, backbone), backbone, noise, cond))
+        )[0].numpy()
+        for label, (spec, ckpt) in specs.items()
+    }
+    past = sample_to_vil(cond)[0].numpy()
+    observed = sample_to_vil(backbone.observations(seeds))[0].numpy()
+    return past, observed, forecasts
+
+
+def open_runs(request: SuiteRequest) -> ConfigurationRuns | None:
+    if request.tracking_uri is None:
+        return None
+    experiment_id(connect(request.tracking_uri), request.experiment, create=True)
+    return ConfigurationRuns(request.tracking_uri, request.experiment)
+
+
+def record_runs(
+    runs: ConfigurationRuns,
+    request: SuiteRequest,
+    result: SuiteResult,
+    specs: dict[str, tuple[SolverSpec, Path | None]],
+    options: dict[str, Any],
+) -> dict[str, str]:
+    """One MLflow run per row: params, the table's metrics, its per-lead NetCDF and the PNGs."""
+    fits = {row.label: row.fit for row in request.rows}
+    teacher = f"{request.teacher.label()} nfe={request.teacher.nfe}"
+    ids = {}
+    for label in result.rows:
+        spec, checkpoint = specs[label]
+        fit = fits.get(label)
+        report = result.reports[label]
+        key = Configuration(
+            "nowcast",
+            options,
+            spec,
+            teacher={"solver": request.teacher.to_dict(), "train": request.train_samples},
+            fit=fit.to_dict() if fit else {},
+            evaluation={"samples": report.samples, "metrics": list(METRICS)},
+        ).key()
+        params = {
+            **solver_params("nowcast", spec, spec.nfe),
+            "solver": label,
+            "teacher": teacher,
+            "teacher.train_samples": request.train_samples,
+            **({f"fit.{k}": v for k, v in fit.to_dict().items()} if fit else {}),
+        }
+        tags = {"spanlift.command": "nowcast eval", CODE_TAG: code_version()}
+        run_id = runs.create(
+            key, f"{label} nfe={spec.nfe}", params, {**tags, **source_tags("spanlift nowcast eval")}
+        )
+        netcdf = request.out / f"scores-{len(ids)}.nc"
+        report.skill.to_dataset().to_netcdf(netcdf, engine="h5netcdf")
+        metrics = {**report.metrics(), "nfe": float(spec.nfe)}
+        if label in result.rmse:
+            metrics |= {"rmse": result.rmse[label], "fit_seconds": result.fit_seconds[label]}
+        files = [netcdf, *result.files[1:], *([checkpoint] if checkpoint else [])]
+        runs.finish(run_id, metrics, files, report.params())
+        ids[label] = run_id
+    return ids
+
+
+def format_table(
+    result: SuiteResult, thresholds: Sequence[int] = (16, 74, 133, 160, 181, 219)
+) -> str:
+    """The paper's columns (HSS, LPIPS, CSI-M, CSI-4, CSI-16), then CSI per threshold."""
+    width = max(len("solver"), *(len(label) for label in result.rows))
+    head = f"{'solver':<{width}} {'HSS':>7} {'LPIPS':>7} {'CSI-M':>7} {'CSI-4':>7} {'CSI-16':>7}"
+    head += "".join(f" {'CSI-' + str(t):>8}" for t in thresholds) + f" {'RMSE':>7}"
+    lines = [head, "-" * len(head)]
+    for label in result.rows:
+        m = result.reports[label].metrics()
+        cells = [m.get(k, math.nan) for k in ("hss", "lpips", "csi_m", "csi4", "csi16")]
+        line = f"{label:<{width}}" + "".join(f" {v:>7.4f}" for v in cells)
+        line += "".join(f" {m.get(f'csi_{t}', math.nan):>8.4f}" for t in thresholds)
+        line += f" {result.rmse.get(label, math.nan):>7.4f}"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""`spanlift nowcast synth | prepare | eval` as a user runs them: the table, the NetCDF and PNGs,
+the MLflow runs the leaderboard ranks, and one clear line with exit status 2 for bad input."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import xarray as xr
+from mlflow.tracking import MlflowClient
+
+from spanlift.platform.sweep.config import load_sweep
+
+ROOT = Path(__file__).parent.parent
+
+
+def spanlift(folder: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_HOME": str(folder / "torch-home")}
+    return subprocess.run(
+        [sys.executable, "-m", "spanlift.cli", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("nowcast")
+    result = spanlift(folder, "nowcast", "synth", "--events", "16", "--out", "data/sevir_synth")
+    assert result.returncode == 0, result.stderr
+    assert "wrote 16 synthetic storm events" in result.stdout
+    return folder
+
+
+def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_leaderboard(
+    synth: Path,
+) -> None:
+    result = spanlift(
+        synth, "nowcast", "eval", "--solvers", "ddim,dyweight+observed", "--teacher-nfe", "20",
+        "--train-samples", "32", "--iterations", "5", "--batch-size", "4", "--evaluators", "1",
+        "--num-cpus", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("solver"))
+    for column in ("HSS", "LPIPS", "CSI-M", "CSI-4", "CSI-16", "CSI-219"):
+        assert column in header
+    rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:3]]
+    assert rows == ["teacher", "ddim", "dyweight"]
+    assert "lpips unavailable" in result.stdout  # no AlexNet weights in this torch hub
+    out = synth / "runs" / "nowcast"
+    scores = xr.open_dataset(out / "nowcast-scores.nc", engine="h5netcdf")
+    assert list(scores.solver.values) == ["teacher ddim 20", "ddim", "dyweight (mse, observed)"]
+    assert dict(scores.csi.sizes) == {"solver": 3, "pool": 3, "threshold": 6, "lead_time": 6}
+    for png in ("nowcast-lead-time.png", "nowcast-frames.png"):
+        assert (out / png).stat().st_size > 10_000
+    client = MlflowClient("sqlite:///" + str(synth / "mlflow.db"))
+    experiment = client.get_experiment_by_name("nowcast-sevir-synth")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 3
+    for run in runs:
+        assert {"csi_m", "csi4", "csi16", "hss", "csi_219"} <= set(run.data.metrics)
+        assert run.data.params["skill.reference"].startswith("observed frames of nowcast-")
+    observed = next(r for r in runs if r.data.params["solver"] == "dyweight (mse, observed)")
+    assert observed.data.params["fit.target"] == "observed"
+    artifacts = {a.path for a in client.list_artifacts(observed.info.run_id)}
+    assert {"nowcast-lead-time.png", "nowcast-frames.png"} <= artifacts
+    assert any(path.endswith(".nc") for path in artifacts)
+    board = spanlift(
+        synth, "leaderboard", "--experiment", "nowcast-sevir-synth", "--metric", "csi16"
+    )
+    assert board.returncode == 0, board.stderr
+    assert "higher is better" in board.stdout
+    assert "csi16 against skill.reference=observed frames of nowcast-" in board.stdout
+    for solver in ("ddim", "dyweight (mse, observed)", "teacher ddim 20"):
+        assert solver in board.stdout
+
+
+def test_bad_nowcast_input_exits_2_with_one_line_and_no_output(synth: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        (("nowcast", "eval", "--data", "nowhere"), "spanlift nowcast synth --out nowhere"),
+        (("nowcast", "eval", "--solvers", "ddim,rk45"), "unknown solver 'rk45'"),
+        (("nowcast", "eval", "--solvers", "spanlift+lpips"), "unknown variant +lpips"),
+        (("nowcast", "synth", "--out", "data/sevir_synth"), "exists and is not empty"),
+        (("nowcast", "prepare", "--sevir-root", str(empty), "--out", "x.zarr"), "CATALOG.csv"),
+    ]
+    for args, message in cases:
+        result = spanlift(synth, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, args
+    assert not (synth / "x.zarr").exists()
+
+
+def test_the_nowcast_sweep_file_asks_for_the_papers_rows() -> None:
+    config = load_sweep(ROOT / "sweeps" / "nowcast_synth.yaml")
+    labels = [entry.label or entry.name for entry in config.solvers]
+    assert labels[-3:] == [
+        "spanlift (mse, teacher)",
+        "spanlift (pooled, teacher)",
+        "spanlift (mse, observed)",
+    ]
+    fits = [config.fit_of(entry) for entry in config.solvers[-3:]]
+    assert [(f.loss, f.target) for f in fits] == [
+        ("mse", "teacher"),
+        ("pooled", "teacher"),
+        ("mse", "observed"),
+    ]
+    assert config.teacher.solver.name == "euler" and config.teacher.solver.nfe == 100
+    assert config.metric == "csi16" and config.mode == "max"
+    assert config.backbone_options["data"] == str((ROOT / "data" / "sevir_synth").resolve())
