@@ -1,9 +1,7 @@
 """Sample metrics on Ray evaluator actors: the same FID and LPIPS for 1, 2 or 3 actors, cached
 references, `spanlift eval` into MLflow, LPIPS reported unavailable without weights, bad input."""
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +25,7 @@ from spanlift.platform.evaluation.reference import ReferenceSet, load_reference,
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
+from tests.cli_run import spanlift
 
 ROOT = Path(__file__).parent.parent
 SPEC = SolverSpec("ipndm", nfe=3, settings={"order": 3})
@@ -94,19 +93,6 @@ def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, 
     other = save_reference(setup.cache_dir / "other.npz", first, "inception:0123456789ab")
     with pytest.raises(CacheError, match="computed with detector inception:0123456789ab"):
         load_reference(other, identity)
-
-
-def spanlift(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    # An empty torch hub: LPIPS finds AlexNet weights only where a test puts them.
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_HOME": str(folder / "torch-home")}
-    return subprocess.run(
-        [sys.executable, "-m", "spanlift.cli", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def spanlift_eval(folder: Path, *args: str, solver: str = "euler") -> subprocess.CompletedProcess:

@@ -9,6 +9,7 @@ import torch
 
 from spanlift.backbones.nowcast import NowcastUNet, untrained_state
 from spanlift.backbones.nowcast_windows import sample_to_vil, vil_to_sample
+from spanlift.backbones.train_nowcast import train_nowcast
 from spanlift.errors import DataError, SettingsError
 from spanlift.nowcasting.scores import contingency_counts, summary
 from spanlift.nowcasting.store import read_windows
@@ -134,6 +135,14 @@ def test_evaluator_skill_counts_merge_exactly_and_equal_a_direct_count(
     )
     assert np.array_equal(direct.hits, whole.hits)
     assert whole.hits.shape == (3, 6, 6)  # pools, thresholds, lead times
+
+
+def test_the_trainer_writes_weights_the_backbone_loads(storms: Path, tmp_path: Path) -> None:
+    path = train_nowcast(storms, tmp_path / "nowcast.pt", steps=2, batch_size=4)
+    state = torch.load(path, weights_only=True)
+    assert state["train"]["windows"] == len(pooled_windows(storms, "train"))
+    backbone = NowcastUNet(data=storms, weights=path)
+    assert backbone.identity() != NowcastUNet(data=storms).identity()
 
 
 def test_bad_nowcast_input_is_one_clear_error(

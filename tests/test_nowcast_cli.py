@@ -1,9 +1,6 @@
 """`spanlift nowcast synth | prepare | eval` as a user runs them: the table, the NetCDF and PNGs,
 the MLflow runs the leaderboard ranks, and one clear line with exit status 2 for bad input."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,20 +8,9 @@ import xarray as xr
 from mlflow.tracking import MlflowClient
 
 from spanlift.platform.sweep.config import load_sweep
+from tests.cli_run import spanlift
 
 ROOT = Path(__file__).parent.parent
-
-
-def spanlift(folder: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_HOME": str(folder / "torch-home")}
-    return subprocess.run(
-        [sys.executable, "-m", "spanlift.cli", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +28,7 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     result = spanlift(
         synth, "nowcast", "eval", "--solvers", "ddim,dyweight+observed", "--teacher-nfe", "20",
         "--train-samples", "32", "--iterations", "5", "--batch-size", "4", "--evaluators", "1",
-        "--num-cpus", "2",
+        "--num-cpus", "2", timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -12,11 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from spanlift.backbones.base import Backbone
-from spanlift.backbones.edm_precond import EDMPrecond
 from spanlift.backbones.registry import BACKBONES
-from spanlift.backbones.unet import UNet, UNetConfig
-from spanlift.backbones.weights import read_weights, weights_digest
-from spanlift.errors import CheckpointError
+from spanlift.backbones.unet import UNetConfig
+from spanlift.backbones.weights import edm_unet, read_weights, weights_digest
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "digits_unet.pt"
 IMAGE_SIZE = 16
@@ -54,14 +52,7 @@ class DigitsUNet(Backbone):
         super().__init__()
         path = Path(weights) if weights else DEFAULT_WEIGHTS
         state = load_weights(path)
-        config = UNetConfig(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
-        )
-        self.model = EDMPrecond(UNet(config), sigma_data=state["sigma_data"])
-        try:
-            self.model.load_state_dict(state["ema"])
-        except RuntimeError as exc:
-            raise CheckpointError(f"digits weights {path} do not fit the network: {exc}") from None
+        self.model = edm_unet(state, path, "digits")
         self._digest = weights_digest(state["ema"])
         self.freeze()
 

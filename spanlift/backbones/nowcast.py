@@ -28,8 +28,8 @@ from spanlift.backbones.nowcast_windows import (
 )
 from spanlift.backbones.registry import BACKBONES
 from spanlift.backbones.unet import UNet, UNetConfig
-from spanlift.backbones.weights import read_weights, weights_digest
-from spanlift.errors import CheckpointError, DataError, SettingsError
+from spanlift.backbones.weights import edm_unet, read_weights, weights_digest
+from spanlift.errors import DataError, SettingsError
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "nowcast_unet.pt"
 DEFAULT_DATA = Path("data") / "sevir_synth"
@@ -66,14 +66,7 @@ class NowcastUNet(Backbone):
         path = Path(weights) if weights else DEFAULT_WEIGHTS
         remedy = f"train them with `spanlift train-nowcast --out {path}` or pass weights=<file>"
         state = read_weights(path, "nowcast backbone", remedy)
-        config = UNetConfig(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
-        )
-        self.model = EDMPrecond(UNet(config), sigma_data=state["sigma_data"])
-        try:
-            self.model.load_state_dict(state["ema"])
-        except RuntimeError as exc:
-            raise CheckpointError(f"nowcast weights {path} do not fit the network: {exc}") from None
+        self.model = edm_unet(state, path, "nowcast")
         self.grid = int(state["grid"])
         self.shape = (OUTPUTS, self.grid, self.grid)
         self.windows = open_windows(data, self.grid)

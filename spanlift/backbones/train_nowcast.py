@@ -1,6 +1,6 @@
 """Train the embedded nowcasting denoiser with the EDM loss on training-split SEVIR-LR windows.
 
-    σ ~ exp(N(P_mean, P_std²)),  loss = λ(σ) ‖D(y + σ n, σ, past) − y‖²,  λ(σ) = (σ² + σ_d²) / (σ σ_d)²
+    loss = λ(σ) ‖D(y + σ n, σ, past) − y‖²      (edm_training.py)
 
 y: the 6 future frames, past: the 7 frames before them. Each window is flipped and rotated by a
 random element of the square's symmetry group (the same for all 13 frames): storms move the same
@@ -9,21 +9,18 @@ way under it, so this multiplies the data eightfold without inventing physics.
 Usage: spanlift train-nowcast --data data/sevir_train --steps 3000
 """
 
-import copy
-import time
 from pathlib import Path
 
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
 from spanlift.backbones.edm_precond import EDMPrecond
+from spanlift.backbones.edm_training import train_edm
 from spanlift.backbones.nowcast import GRID, UNET, open_windows
 from spanlift.backbones.nowcast_windows import INPUTS, vil_to_sample
 from spanlift.backbones.unet import UNet
 
 SIGMA_DATA = 0.5
-P_MEAN, P_STD = -1.2, 1.2
 
 
 def symmetry(windows: Tensor, generator: torch.Generator) -> Tensor:
@@ -48,27 +45,15 @@ def train_nowcast(
     generator = torch.Generator().manual_seed(seed)
     windows = open_windows(data, grid).train
     model = EDMPrecond(UNet(UNET), sigma_data=SIGMA_DATA)
-    ema = copy.deepcopy(model).requires_grad_(False)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps)
-    start = time.perf_counter()
-    for _step in (bar := tqdm(range(steps), desc="train nowcast denoiser")):
+
+    def batch() -> tuple[Tensor, Tensor]:
+        """Future frames y and the past frames before them, of windows turned at random."""
         index = torch.randint(len(windows), (batch_size,), generator=generator)
         frames = vil_to_sample(symmetry(windows[index], generator))
-        past, y = frames[:, :INPUTS], frames[:, INPUTS:]
-        sigma = (torch.randn(batch_size, generator=generator) * P_STD + P_MEAN).exp()
-        weight = (sigma**2 + SIGMA_DATA**2) / (sigma * SIGMA_DATA) ** 2
-        noise = torch.randn(y.shape, generator=generator)
-        denoised = model(y + sigma[:, None, None, None] * noise, sigma, past)
-        loss = (weight[:, None, None, None] * (denoised - y) ** 2).mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        with torch.no_grad():
-            for p_ema, p in zip(ema.parameters(), model.parameters(), strict=True):
-                p_ema.lerp_(p, 1 - ema_decay)
-        bar.set_postfix(loss=f"{loss.item():.4f}")
+        return frames[:, INPUTS:], frames[:, :INPUTS]
+
+    desc = "train nowcast denoiser"
+    ema, seconds = train_edm(model, batch, steps, lr, ema_decay, desc, generator)
     out.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "config": UNET.to_dict(),
@@ -82,7 +67,7 @@ def train_nowcast(
             "batch_size": batch_size,
             "lr": lr,
             "seed": seed,
-            "seconds": round(time.perf_counter() - start, 1),
+            "seconds": round(seconds, 1),
         },
     }
     torch.save(state, out)
