@@ -15,6 +15,7 @@ from spanlift.nowcasting.scores import contingency_counts, summary
 from spanlift.nowcasting.store import read_windows
 from spanlift.nowcasting.synthetic import write_synthetic_sevir
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
+from spanlift.platform.evaluation.lpips_metric import lpips_state
 from spanlift.platform.evaluation.states import merge_states
 from spanlift.platform.fitting.fit import FitSettings, endpoint_loss, fit, rollout
 from spanlift.platform.fitting.teacher import (
@@ -26,6 +27,7 @@ from spanlift.platform.fitting.teacher import (
 )
 from spanlift.seeds import FID_FIRST_SEED, TEST_SEED_OFFSET
 from spanlift.solvers import SolverSpec, build_solver
+from tests.test_eval import write_alexnet_features
 
 EULER3 = SolverSpec("euler", 3)
 
@@ -137,6 +139,28 @@ def test_evaluator_skill_counts_merge_exactly_and_equal_a_direct_count(
     assert whole.hits.shape == (3, 6, 6)  # pools, thresholds, lead times
 
 
+def test_lpips_compares_each_forecast_frame_with_the_observed_one(
+    storms: Path, untrained: Path, tmp_path: Path
+) -> None:
+    alexnet = write_alexnet_features(tmp_path / "alexnet.pth")
+    options = {"data": str(storms), "weights": str(untrained)}
+    setup = EvaluatorSetup("nowcast", "", tmp_path, options, lpips_weights=alexnet)
+    evaluator = Evaluator(setup)
+    seeds = [FID_FIRST_SEED, FID_FIRST_SEED + 1, FID_FIRST_SEED + 2]
+    state = evaluator.solver_states(EULER3, None, seeds, ("lpips",))["lpips"]
+    assert state.count == 3 * 6  # one distance per lead-time frame
+    backbone = evaluator.backbone
+    solver = build_solver(EULER3, backbone.sigma_min, backbone.sigma_max, 6)
+    with torch.no_grad():
+        forecast = rollout(
+            solver, backbone, seed_noise(seeds, backbone.shape), backbone.conditioning(seeds)
+        )
+    frames = forecast.clamp(-1, 1).reshape(18, 1, 32, 32)
+    observed = backbone.observations(seeds).reshape(18, 1, 32, 32)
+    direct = lpips_state(evaluator.lpips, frames, observed)
+    assert state.total == pytest.approx(direct.total, rel=1e-5)
+
+
 def test_the_trainer_writes_weights_the_backbone_loads(storms: Path, tmp_path: Path) -> None:
     path = train_nowcast(storms, tmp_path / "nowcast.pt", steps=2, batch_size=4)
     state = torch.load(path, weights_only=True)
@@ -159,18 +183,22 @@ def test_bad_nowcast_input_is_one_clear_error(
 
 
 def test_five_ddim_steps_lose_skill_against_the_hundred_step_teacher(storms: Path) -> None:
-    """The committed model on unseen synthetic storms: the 5-step DDIM forecast scores below the
-    100-step teacher on CSI-4 and CSI-16, as in the paper's table (0.4261 < 0.4419, 0.5137 <
-    0.6034)."""
+    """The committed model on unseen synthetic storms: the 5-step DDIM forecast loses the
+    large-scale and intense structure the 100-step teacher keeps, as in the paper's table, where
+    CSI-16 drops from 0.6034 to 0.5137 (while CSI-M does not drop: 0.3822 → 0.3897)."""
     backbone = NowcastUNet(data=storms)
     seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + 2 * len(backbone.windows.test)))
     noise, cond = seed_noise(seeds, backbone.shape), backbone.conditioning(seeds)
     observed = sample_to_vil(backbone.observations(seeds))
-    scores = {}
+    persistence = sample_to_vil(cond[:, -1:].expand(-1, 6, -1, -1))  # the last frame, repeated
+    scores = {"persistence": summary(contingency_counts(persistence, observed).to_dataset())}
     for steps in (5, 100):
         solver = build_solver(SolverSpec("euler", steps), backbone.sigma_min, backbone.sigma_max, 6)
         with torch.no_grad():
             forecast = sample_to_vil(rollout(solver, backbone, noise, cond).clamp(-1, 1))
         scores[steps] = summary(contingency_counts(forecast, observed).to_dataset())
     assert scores[5]["csi16"] < scores[100]["csi16"], scores
-    assert scores[5]["csi4"] < scores[100]["csi4"], scores
+    assert scores[5]["csi_219"] < scores[100]["csi_219"], scores
+    for steps in (5, 100):  # the model has skill: it beats persisting the last frame
+        assert scores[steps]["csi_m"] > scores["persistence"]["csi_m"], scores
+        assert scores[steps]["hss"] > scores["persistence"]["hss"], scores

@@ -100,3 +100,34 @@ def test_the_nowcast_sweep_file_asks_for_the_papers_rows() -> None:
     assert config.teacher.solver.name == "euler" and config.teacher.solver.nfe == 100
     assert config.metric == "csi16" and config.mode == "max"
     assert config.backbone_options["data"] == str((ROOT / "data" / "sevir_synth").resolve())
+
+
+SWEEP = """
+experiment: nowcast-sweep
+backbone: {name: nowcast, options: {data: data/sevir_synth}}
+teacher: {solver: euler, settings: {}, nfe: 10, train_samples: 16, test_samples: 8}
+solvers:
+  - {name: euler, nfe: 3, label: ddim}
+  - {name: dyweight, nfe: 3, fit: {target: observed}, label: "dyweight (mse, observed)"}
+search: {algorithm: grid, metric: csi16, mode: max}
+fit: {iterations: 3, batch_size: 4, checkpoint_every: 3}
+evaluation: {metrics: [skill], samples: 8, evaluators: 1}
+resources: {trial_cpu: 0.1, workers: 1, worker_cpu: 0.8, evaluator_cpu: 0.2}
+"""
+
+
+def test_a_nowcast_sweep_searches_on_skill_and_logs_the_scores(synth: Path) -> None:
+    (synth / "nowcast.yaml").write_text(SWEEP)
+    result = spanlift(synth, "sweep", "nowcast.yaml", "--num-cpus", "2", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "best: " in result.stdout and "csi16" in result.stdout
+    client = MlflowClient("sqlite:///" + str(synth / "mlflow.db"))
+    experiment = client.get_experiment_by_name("nowcast-sweep")
+    runs = client.search_runs([experiment.experiment_id], "params.solver != ''")
+    assert sorted(r.data.params["solver"] for r in runs) == ["ddim", "dyweight (mse, observed)"]
+    for run in runs:
+        assert 0 <= run.data.metrics["csi16"] <= 1
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert "skill-scores.nc" in artifacts
+    fitted = next(r for r in runs if r.data.params["solver"].startswith("dyweight"))
+    assert fitted.data.params["fit.target"] == "observed"

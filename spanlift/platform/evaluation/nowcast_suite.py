@@ -28,6 +28,7 @@ import xarray as xr
 from spanlift.backbones import Backbone, load_backbone
 from spanlift.errors import SettingsError
 from spanlift.nowcasting.plots import plot_frame_strip, plot_lead_time_scores
+from spanlift.nowcasting.scores import THRESHOLDS
 from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.pool import running_evaluators
@@ -283,19 +284,20 @@ def record_runs(
     return ids
 
 
-def format_table(
-    result: SuiteResult, thresholds: Sequence[int] = (16, 74, 133, 160, 181, 219)
-) -> str:
-    """The paper's columns (HSS, LPIPS, CSI-M, CSI-4, CSI-16), then CSI per threshold."""
+def format_table(result: SuiteResult, thresholds: Sequence[int] = THRESHOLDS) -> str:
+    """The paper's columns (HSS, LPIPS, CSI-M, CSI-4, CSI-16), CSI per threshold, and the
+    endpoint RMSE against the teacher; – where a value does not exist (0/0, LPIPS unavailable)."""
+    columns = ["HSS", "LPIPS", "CSI-M", "CSI-4", "CSI-16", *(f"CSI-{t}" for t in thresholds)]
+    keys = ["hss", "lpips", "csi_m", "csi4", "csi16", *(f"csi_{t}" for t in thresholds)]
     width = max(len("solver"), *(len(label) for label in result.rows))
-    head = f"{'solver':<{width}} {'HSS':>7} {'LPIPS':>7} {'CSI-M':>7} {'CSI-4':>7} {'CSI-16':>7}"
-    head += "".join(f" {'CSI-' + str(t):>8}" for t in thresholds) + f" {'RMSE':>7}"
+    head = f"{'solver':<{width}}" + "".join(f" {c:>8}" for c in [*columns, "RMSE"])
     lines = [head, "-" * len(head)]
     for label in result.rows:
-        m = result.reports[label].metrics()
-        cells = [m.get(k, math.nan) for k in ("hss", "lpips", "csi_m", "csi4", "csi16")]
-        line = f"{label:<{width}}" + "".join(f" {v:>7.4f}" for v in cells)
-        line += "".join(f" {m.get(f'csi_{t}', math.nan):>8.4f}" for t in thresholds)
-        line += f" {result.rmse.get(label, math.nan):>7.4f}"
-        lines.append(line)
+        metrics = result.reports[label].metrics()
+        values = [metrics.get(k, math.nan) for k in keys] + [result.rmse.get(label, math.nan)]
+        lines.append(f"{label:<{width}}" + "".join(f" {cell(v):>8}" for v in values))
     return "\n".join(lines)
+
+
+def cell(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.4f}"
