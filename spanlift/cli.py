@@ -201,7 +201,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
 
 DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
 NOWCAST_UNET = "spanlift/backbones/weights/nowcast_unet.pt"
-PAPER_SOLVERS = "ddim, dpm_solver_pp, unipc, ipndm, dyweight, spanlift, +pooled, +observed"
+PAPER_SOLVERS = "all six, spanlift+pooled and spanlift+observed"
 DETECTOR = "spanlift/platform/evaluation/weights/digits_detector.pt"
 ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
 
@@ -318,8 +318,8 @@ def cmd_nowcast_eval(args: argparse.Namespace) -> None:
     samples = next(iter(result.reports.values())).samples
     print(f"\nskill on {samples} held-out windows of {args.data} (VIL ≥ threshold, counts summed)")
     print(format_table(result))
-    for name, reason in next(iter(result.reports.values())).unavailable.items():
-        print(f"{name} unavailable: {reason}")
+    for reason in next(iter(result.reports.values())).unavailable.values():
+        print(reason)
     print("wrote " + ", ".join(str(f) for f in result.files))
     if result.run_ids:
         print(f"MLflow: {len(result.run_ids)} runs in experiment {experiment!r}; rank them:")

@@ -26,28 +26,29 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     synth: Path,
 ) -> None:
     result = spanlift(
-        synth, "nowcast", "eval", "--solvers", "ddim,dyweight+observed", "--teacher-nfe", "20",
+        synth, "nowcast", "eval", "--solvers", "ddim,dyweight,dyweight+observed", "--teacher-nfe", "20",
         "--train-samples", "32", "--iterations", "5", "--batch-size", "4", "--evaluators", "1",
         "--num-cpus", "2", timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     header = next(line for line in lines if line.startswith("solver"))
-    for column in ("HSS", "LPIPS", "CSI-M", "CSI-4", "CSI-16", "CSI-219"):
+    for column in ("HSS", "LPIPS", "CSI-M", "CSI-4", "CSI-16", "CSI≥16", "CSI≥219"):
         assert column in header
-    rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:3]]
-    assert rows == ["teacher", "ddim", "dyweight"]
-    assert "lpips unavailable" in result.stdout  # no AlexNet weights in this torch hub
+    rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:4]]
+    assert rows == ["teacher", "ddim", "dyweight", "dyweight"]
+    assert "LPIPS unavailable: AlexNet weights" in result.stdout  # none in this torch hub
     out = synth / "runs" / "nowcast"
     scores = xr.open_dataset(out / "nowcast-scores.nc", engine="h5netcdf")
-    assert list(scores.solver.values) == ["teacher ddim 20", "ddim", "dyweight (mse, observed)"]
-    assert dict(scores.csi.sizes) == {"solver": 3, "pool": 3, "threshold": 6, "lead_time": 6}
+    solvers = ["teacher ddim 20", "ddim", "dyweight (mse, teacher)", "dyweight (mse, observed)"]
+    assert list(scores.solver.values) == solvers
+    assert dict(scores.csi.sizes) == {"solver": 4, "pool": 3, "threshold": 6, "lead_time": 6}
     for png in ("nowcast-lead-time.png", "nowcast-frames.png"):
         assert (out / png).stat().st_size > 10_000
     client = MlflowClient("sqlite:///" + str(synth / "mlflow.db"))
     experiment = client.get_experiment_by_name("nowcast-sevir-synth")
     runs = client.search_runs([experiment.experiment_id])
-    assert len(runs) == 3
+    assert len(runs) == 4
     for run in runs:
         assert {"csi_m", "csi4", "csi16", "hss", "csi_219"} <= set(run.data.metrics)
         assert run.data.params["skill.reference"].startswith("observed frames of nowcast-")
@@ -56,6 +57,13 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     artifacts = {a.path for a in client.list_artifacts(observed.info.run_id)}
     assert {"nowcast-lead-time.png", "nowcast-frames.png"} <= artifacts
     assert any(path.endswith(".nc") for path in artifacts)
+    # each fit variant is scored with its own weights, not with the last variant fitted
+    weights = {
+        r.data.params["solver"]: checkpoint_bytes(client, r.info.run_id, synth)
+        for r in runs
+        if r.data.params["solver"].startswith("dyweight")
+    }
+    assert weights["dyweight (mse, teacher)"] != weights["dyweight (mse, observed)"]
     board = spanlift(
         synth, "leaderboard", "--experiment", "nowcast-sevir-synth", "--metric", "csi16"
     )
@@ -64,6 +72,12 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     assert "csi16 against skill.reference=observed frames of nowcast-" in board.stdout
     for solver in ("ddim", "dyweight (mse, observed)", "teacher ddim 20"):
         assert solver in board.stdout
+
+
+def checkpoint_bytes(client: MlflowClient, run_id: str, folder: Path) -> bytes:
+    """The bytes of the solver checkpoint a run logged."""
+    [name] = [a.path for a in client.list_artifacts(run_id) if a.path.endswith(".pt")]
+    return Path(client.download_artifacts(run_id, name, str(folder / run_id))).read_bytes()
 
 
 def test_bad_nowcast_input_exits_2_with_one_line_and_no_output(synth: Path, tmp_path: Path) -> None:

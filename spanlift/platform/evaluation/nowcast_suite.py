@@ -16,6 +16,7 @@ row, then the few-step solvers.
 """
 
 import math
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -155,12 +156,14 @@ def run_suite(
     test = load_or_generate(request.cache, backbone, test_seeds, request.teacher)
     result, checkpoints = SuiteResult(), {}
     teacher_label = f"teacher ddim {request.teacher.nfe}"
-    fitted: dict[str, dict[str, Path]] = {}  # per fit variant, so bases are fitted alike
+    # Per fit variant: its own folder (one spec fitted two ways is two checkpoints) and its own
+    # record of fitted bases, so a SpanLift's base is fitted the way the SpanLift is.
+    fitted: dict[str, dict[str, Path]] = {}
     for row in request.rows:
-        variant = fitted.setdefault(f"{row.fit.loss}/{row.fit.target}", {})
-        solver, seconds = fit_spec(
-            row.spec, backbone, train, row.fit, request.out / "fitted", True, variant
-        )
+        name = f"{row.fit.loss}-{row.fit.target}"
+        variant = fitted.setdefault(name, {})
+        folder = request.out / "fitted" / name
+        solver, seconds = fit_spec(row.spec, backbone, train, row.fit, folder, True, variant)
         checkpoints[row.label] = variant.get(row.spec.key())
         result.rmse[row.label] = endpoint_rmse(solver, backbone, test)
         result.fit_seconds[row.label] = seconds
@@ -273,13 +276,14 @@ def record_runs(
         run_id = runs.create(
             key, f"{label} nfe={spec.nfe}", params, {**tags, **source_tags("spanlift nowcast eval")}
         )
-        netcdf = request.out / f"scores-{len(ids)}.nc"
-        report.skill.to_dataset().to_netcdf(netcdf, engine="h5netcdf")
         metrics = {**report.metrics(), "nfe": float(spec.nfe)}
         if label in result.rmse:
             metrics |= {"rmse": result.rmse[label], "fit_seconds": result.fit_seconds[label]}
-        files = [netcdf, *result.files[1:], *([checkpoint] if checkpoint else [])]
-        runs.finish(run_id, metrics, files, report.params())
+        with tempfile.TemporaryDirectory() as folder:
+            netcdf = Path(folder) / "skill-scores.nc"
+            report.skill.to_dataset().to_netcdf(netcdf, engine="h5netcdf")
+            files = [netcdf, *result.files[1:], *([checkpoint] if checkpoint else [])]
+            runs.finish(run_id, metrics, files, report.params())
         ids[label] = run_id
     return ids
 
@@ -287,7 +291,7 @@ def record_runs(
 def format_table(result: SuiteResult, thresholds: Sequence[int] = THRESHOLDS) -> str:
     """The paper's columns (HSS, LPIPS, CSI-M, CSI-4, CSI-16), CSI per threshold, and the
     endpoint RMSE against the teacher; – where a value does not exist (0/0, LPIPS unavailable)."""
-    columns = ["HSS", "LPIPS", "CSI-M", "CSI-4", "CSI-16", *(f"CSI-{t}" for t in thresholds)]
+    columns = ["HSS", "LPIPS", "CSI-M", "CSI-4", "CSI-16", *(f"CSI≥{t}" for t in thresholds)]
     keys = ["hss", "lpips", "csi_m", "csi4", "csi16", *(f"csi_{t}" for t in thresholds)]
     width = max(len("solver"), *(len(label) for label in result.rows))
     head = f"{'solver':<{width}}" + "".join(f" {c:>8}" for c in [*columns, "RMSE"])
