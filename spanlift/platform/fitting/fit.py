@@ -36,6 +36,10 @@ Report = Callable[[dict[str, float], FitState | None], None]
 """Called with metrics every `log_every` iterations; with the state too at checkpoint iterations."""
 
 
+TARGETS = ("teacher", "observed")
+"""What a fit matches: the teacher's endpoints, or the backbone's observations."""
+
+
 @dataclass(frozen=True)
 class FitSettings:
     iterations: int = 300
@@ -69,9 +73,6 @@ class FitSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-TARGETS = ("teacher", "observed")
 
 
 @dataclass
