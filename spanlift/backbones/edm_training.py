@@ -9,6 +9,8 @@ one-cycle learning rate; the exponential moving average of the weights is the mo
 import copy
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -58,3 +60,18 @@ def train_edm(
                 p_ema.lerp_(p, 1 - ema_decay)
         bar.set_postfix(loss=f"{loss.item():.4f}")
     return ema, time.perf_counter() - start
+
+
+def save_checkpoint(out: Path, model: EDMPrecond, config: dict, train: dict, **extra: Any) -> Path:
+    """Write what `weights.edm_unet` reads back: the U-Net `config`, σ_data, the (EMA) weights,
+    how it was trained, and `extra` entries (a nowcasting model's grid)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "config": config,
+        "sigma_data": model.sigma_data,
+        **extra,
+        "ema": {k: v.clone() for k, v in model.state_dict().items()},
+        "train": train,
+    }
+    torch.save(state, out)
+    return out

@@ -11,7 +11,7 @@ import torch
 
 from spanlift.backbones.digits import UNET, digits_dataset
 from spanlift.backbones.edm_precond import EDMPrecond
-from spanlift.backbones.edm_training import train_edm
+from spanlift.backbones.edm_training import save_checkpoint, train_edm
 from spanlift.backbones.unet import UNet
 
 SIGMA_DATA = 0.5
@@ -33,18 +33,11 @@ def train_digits(
         return data[torch.randint(len(data), (batch_size,))], None
 
     ema, seconds = train_edm(model, batch, steps, lr, ema_decay, "train digits denoiser")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "config": UNET.to_dict(),
-        "sigma_data": SIGMA_DATA,
-        "ema": {k: v.clone() for k, v in ema.state_dict().items()},
-        "train": {
-            "steps": steps,
-            "batch_size": batch_size,
-            "lr": lr,
-            "seed": seed,
-            "seconds": round(seconds, 1),
-        },
+    train = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "seconds": round(seconds, 1),
     }
-    torch.save(state, out)
-    return out
+    return save_checkpoint(out, ema, UNET.to_dict(), train)

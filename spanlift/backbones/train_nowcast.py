@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from spanlift.backbones.edm_precond import EDMPrecond
-from spanlift.backbones.edm_training import train_edm
+from spanlift.backbones.edm_training import save_checkpoint, train_edm
 from spanlift.backbones.nowcast import GRID, UNET, open_windows
 from spanlift.backbones.nowcast_windows import INPUTS, vil_to_sample
 from spanlift.backbones.unet import UNet
@@ -54,21 +54,13 @@ def train_nowcast(
 
     desc = "train nowcast denoiser"
     ema, seconds = train_edm(model, batch, steps, lr, ema_decay, desc, generator)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "config": UNET.to_dict(),
-        "sigma_data": SIGMA_DATA,
-        "grid": grid,
-        "ema": {k: v.clone() for k, v in ema.state_dict().items()},
-        "train": {
-            "data": str(data),
-            "windows": len(windows),
-            "steps": steps,
-            "batch_size": batch_size,
-            "lr": lr,
-            "seed": seed,
-            "seconds": round(seconds, 1),
-        },
+    train = {
+        "data": str(data),
+        "windows": len(windows),
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "seconds": round(seconds, 1),
     }
-    torch.save(state, out)
-    return out
+    return save_checkpoint(out, ema, UNET.to_dict(), train, grid=grid)
