@@ -123,44 +123,41 @@ class Evaluator:
             # Clipped as the EDM protocol clips (x·127.5 + 128 into [0, 255]; clamping first changes
             # no pixel): a poor solver's overshoot is a bad sample, not images of the wrong range.
             samples = self.backbone.decode(endpoints).clamp(-1, 1)
+            observed = on_device(self.backbone.observations(batch), self.device)
             part: dict[str, Any] = {"sampling": MeanState(seconds, len(batch))}
             if "fid" in metrics:
                 part["fid"] = FeatureMoments.of(self.detector.features(samples))
             if "lpips" in metrics:
-                part["lpips"] = self.lpips_against_reference(samples, batch, noise, cond)
+                part["lpips"] = self.lpips_against_reference(samples, observed, noise, cond)
             if "image_reward" in metrics:
                 prompts = self.backbone.prompts(batch)
                 part["image_reward"] = image_reward_state(self.image_reward, samples, prompts)
             if "skill" in metrics:
-                observed = self.observations(batch)
+                self.check_observed(observed)
                 part["skill"] = contingency_counts(
                     sample_to_vil(samples), sample_to_vil(observed), per_lead=True
                 )
             parts.append(part)
         return merge_states(parts)
 
-    def observations(self, seeds: Sequence[int]) -> Tensor:
-        observed = self.backbone.observations(seeds)
+    def check_observed(self, observed: Tensor | None) -> None:
         if observed is None:
             raise SettingsError(
                 f"skill scores compare forecasts with observations; backbone "
                 f"{self.setup.backbone!r} has none (use a nowcasting backbone)"
             )
-        return observed.to(self.device)
 
     def lpips_against_reference(
-        self, samples: Tensor, seeds: Sequence[int], noise: Tensor, cond: Tensor | None
+        self, samples: Tensor, observed: Tensor | None, noise: Tensor, cond: Tensor | None
     ) -> MeanState:
-        """LPIPS of each observed frame against the forecast frame (frames as grey images), or
-        of each sample against the teacher's sample from the same seed."""
-        observed = self.backbone.observations(seeds)
+        """LPIPS of each observed frame against the forecast frame (frames as grey images), or,
+        without observations, of each sample against the teacher's sample from the same seed."""
         if observed is not None:
-            frames = observed.to(self.device)
             per_frame = (*samples.shape[:2], 1, *samples.shape[2:])
             return lpips_state(
                 self.lpips,
                 samples.reshape(per_frame).flatten(0, 1),
-                frames.reshape(per_frame).flatten(0, 1),
+                observed.reshape(per_frame).flatten(0, 1),
             )
         reference = self.backbone.decode(rollout(self.teacher, self.backbone, noise, cond))
         return lpips_state(self.lpips, samples, reference)

@@ -27,6 +27,7 @@ import torch
 import xarray as xr
 
 from spanlift.backbones import Backbone, load_backbone
+from spanlift.backbones.nowcast_windows import sample_to_vil
 from spanlift.errors import SettingsError
 from spanlift.nowcasting.plots import plot_frame_strip, plot_lead_time_scores
 from spanlift.nowcasting.scores import THRESHOLDS
@@ -220,8 +221,6 @@ def forecast_strip(
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Past and observed frames of the first scored window, and each row's forecast of it, on
     the VIL scale."""
-    from spanlift.backbones.nowcast_windows import sample_to_vil
-
     seeds = [FID_FIRST_SEED]
     cond, noise = backbone.conditioning(seeds), seed_noise(seeds, backbone.shape)
     forecasts = {
