@@ -198,3 +198,13 @@ def test_csv_and_plot_keep_the_groups(store: Store, tmp_path: Path) -> None:
     assert csv[csv["solver"] == "euler"]["scale"].item().startswith(f"teacher={TEACHER_B}")
     png = plot_leaderboard(entries, "rmse", tmp_path / "board.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_row_says_where_its_sampling_ended(store: Store, tmp_path: Path) -> None:
+    store.log("heun", {"fid": 1.97}, configuration="heun", schedule="edm_to_zero")
+    store.log("dyweight", {"fid": 3.2}, configuration="dyweight", schedule="edm")
+    entries = store.board("fid")
+    assert {(e.solver, e.ends) for e in entries} == {("heun", "σ=0"), ("dyweight", "σ_min")}
+    rows = [line.split() for line in format_leaderboard(entries, "fid").splitlines()[2:]]
+    assert [(row[3], row[5]) for row in rows] == [("heun", "σ=0"), ("dyweight", "σ_min")]
+    assert "ends" in write_csv(entries, tmp_path / "board.csv").read_text().splitlines()[0]

@@ -1,6 +1,7 @@
 """Noise-level schedules: pure functions from a number of steps to N + 1 decreasing σ values.
 
 Each returns σ_0 = σ_max > σ_1 > … > σ_N = σ_min as a float64 tensor; solvers never build grids.
+`edm_to_zero` alone ends at σ_N = 0, as EDM's own sampler does.
 """
 
 import math
@@ -9,6 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from spanlift.errors import SettingsError
 from spanlift.registry import Registry
 
 Schedule = Callable[[int, float, float], Tensor]
@@ -21,6 +23,18 @@ def edm_polynomial(steps: int, sigma_min: float, sigma_max: float, rho: float = 
     ramp = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
     lo, hi = sigma_min ** (1 / rho), sigma_max ** (1 / rho)
     return (hi + ramp * (lo - hi)) ** rho
+
+
+@SCHEDULES.register("edm_to_zero")
+def edm_to_zero(steps: int, sigma_min: float, sigma_max: float, rho: float = 7.0) -> Tensor:
+    """EDM's `generate.py` protocol: the EDM grid of N points from σ_max to σ_min, then σ_N = 0.
+
+    The last step goes from σ_min to 0, where an Euler step lands on the denoised estimate:
+    x_N = x + (0 − σ) (x − D(x, σ)) / σ = D(x, σ). EDM's 18-point Heun is N = 18 steps, 35 NFE.
+    """
+    if steps < 2:
+        raise SettingsError(f"schedule edm_to_zero needs at least 2 steps, got {steps}")
+    return torch.cat([edm_polynomial(steps - 1, sigma_min, sigma_max, rho), torch.zeros(1)])
 
 
 @SCHEDULES.register("logsnr")

@@ -4,6 +4,9 @@
     X̃_i = concat(x_i / sqrt(1 + σ_i²), d_i, d_{i−1}, …, d_{i−K+1})     (missing d's are zero),
     ξ_i = (t_i, λ_i, h^λ_i) = (i / N, −2 ln σ_i / 10, (λ_{i+1} − λ_i) / 10).
 
+A last step to σ = 0 (the `edm_to_zero` schedule) has λ_{i+1} = ∞; ξ reads that σ as
+SIGMA_FEATURE_FLOOR = 10⁻⁴ instead, so the operator's input stays finite.
+
 Any registered solver can be the base; it is frozen by default (the in-span prior), and a trained
 learned base is loaded from `base_checkpoint`. α_i = 1 and β_i = `beta_init` (0) at init, so an
 untrained SpanLift is its base solver. R_φ adds no model evaluations: NFE is the base's NFE.
@@ -20,6 +23,8 @@ from spanlift.solvers.base import Denoiser, History, Point, Solver
 from spanlift.solvers.checkpoint import load_solver_state
 from spanlift.solvers.operators import OPERATORS, check_positive
 from spanlift.solvers.registry import SOLVERS
+
+SIGMA_FEATURE_FLOOR = 1e-4
 
 
 @SOLVERS.register("spanlift")
@@ -86,7 +91,8 @@ class SpanLift(Solver):
         derivatives = [p.derivative for p in history[: self.history]]
         derivatives += [torch.zeros_like(x)] * (self.history - len(derivatives))
         features = torch.cat([x / (1 + sigma**2).sqrt(), *derivatives], dim=1)
-        lam, lam_next = -2 * self.sigmas[i].log(), -2 * self.sigmas[i + 1].log()
+        lam = -2 * self.sigmas[i].log()
+        lam_next = -2 * self.sigmas[i + 1].clamp(min=SIGMA_FEATURE_FLOOR).log()
         xi = torch.stack(
             [torch.tensor(i / self.num_steps, dtype=lam.dtype), lam / 10, (lam_next - lam) / 10]
         )

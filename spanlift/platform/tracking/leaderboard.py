@@ -8,6 +8,10 @@ in the catalogue, its own `<metric>.*` params), and with `by_fit` also by the fi
 (`metrics.FIT_BUDGET`). A param a run did not log counts as empty. Written as a text table with a
 line before each group saying what it was measured against, optionally as CSV and as a plot of the
 metric against NFE, one line per solver.
+
+The `ends` column says where a row's sampling ended: at σ_min (the platform's protocol, as
+DyWeight and diff-sampler) or at σ = 0 (EDM's own `generate.py`, schedule `edm_to_zero`), since
+EDM's published teacher FIDs use the latter.
 """
 
 import textwrap
@@ -37,6 +41,12 @@ class Entry:
     value: float
     runs: int
     run_id: str
+    ends: str = "σ_min"  # where sampling ended: "σ_min", or "σ=0" (EDM's protocol)
+
+
+def sampling_end(schedule: str) -> str:
+    """Where a run's sampling ended, from its schedule param."""
+    return "σ=0" if schedule == "edm_to_zero" else "σ_min"
 
 
 def comparison_params(metric: str, logged: Iterable[str], by_fit: bool = False) -> tuple[str, ...]:
@@ -76,6 +86,7 @@ def _row(run: Run, metric: str, names: tuple[str, ...]) -> dict:
         "nfe": int(params.get("nfe", metrics.get("nfe", 0))),
         "solver": params.get("solver", "?"),
         "configuration": params.get("configuration", run.info.run_name),
+        "ends": sampling_end(params.get("schedule", "edm")),
         "value": metrics[metric],
         "run_id": run.info.run_id,
     }
@@ -99,6 +110,7 @@ def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
     if mode not in ("min", "max"):
         raise SettingsError(f"--mode must be min or max, got {mode!r}")
     ascending = mode == "min"
+    runs = runs.assign(ends=runs.get("ends", "σ_min"))  # rows from before the column: σ_min
     entries = []
     for (backbone, scale, nfe), group in runs.groupby(["backbone", "scale", "nfe"], sort=True):
         ordered = group.sort_values("value", ascending=ascending, kind="stable")
@@ -116,6 +128,7 @@ def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
                     float(row.value),
                     int(counts[row.solver]),
                     row.run_id,
+                    row.ends,
                 )
             )
     return entries
@@ -142,7 +155,7 @@ def format_leaderboard(entries: list[Entry], metric: str) -> str:
     """The table; each group of rows is headed by what its values are measured against (when any
     run recorded that)."""
     width = max(len("configuration"), *(len(e.configuration) for e in entries))
-    header = f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} {metric:>10} {'runs':>4}"
+    header = f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} {'ends':<5} {metric:>10} {'runs':>4}"
     lines = [header, "-" * len(header)]
     headed = any(e.scale for e in entries)
     group = None
@@ -152,7 +165,7 @@ def format_leaderboard(entries: list[Entry], metric: str) -> str:
         group = (e.backbone, e.scale)
         lines.append(
             f"{e.backbone:<9} {e.nfe:>3} {e.rank:>2} {e.solver:<14} {e.configuration:<{width}} "
-            f"{e.value:>10.4f} {e.runs:>4}"
+            f"{e.ends:<5} {e.value:>10.4f} {e.runs:>4}"
         )
     return "\n".join(lines)
 
