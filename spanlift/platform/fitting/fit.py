@@ -15,7 +15,7 @@ exactly from such a state when given one as `resume`.
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from tqdm import tqdm
 from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError, TrainingDivergedError
-from spanlift.platform.fitting.losses import LOSSES
+from spanlift.platform.fitting.losses import LOSSES, check_loss_options
 from spanlift.platform.fitting.teacher import TeacherSet
 from spanlift.solvers import Solver
 
@@ -52,6 +52,9 @@ class FitSettings:
     seed: int = 0
     log_every: int = 25
     checkpoint_every: int = 50
+    loss_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    """Keyword arguments of the loss, e.g. `{dinov2_path: /models/dinov2-base, c: 0.1}` for
+    `latent`; {} for the losses that take none. (A dict is not hashable: left out of the hash.)"""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "batch_size", "log_every", "checkpoint_every"):
@@ -65,14 +68,37 @@ class FitSettings:
             raise SettingsError(
                 f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
             )
-        LOSSES.get(self.loss)
+        if not isinstance(self.loss_options, dict):
+            raise SettingsError(
+                f"fit setting loss_options must be a mapping of option names to values, "
+                f"got {self.loss_options!r}"
+            )
+        check_loss_options(self.loss, self.loss_options)
         if self.target not in TARGETS:
             raise SettingsError(
                 f"fit setting target must be one of {', '.join(TARGETS)}, got {self.target!r}"
             )
 
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The names of the settings, as a sweep file's `fit:` section may give them."""
+        return tuple(f.name for f in fields(cls))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as plain data, the identity of a fit (fit and run keys, sweep state).
+        `loss_options` only when there are some, so a fit without them keeps the keys of the
+        checkpoints and runs already stored."""
+        data = asdict(self)
+        if not self.loss_options:
+            del data["loss_options"]
+        return data
+
+    def updated(self, changes: dict[str, Any]) -> "FitSettings":
+        """These settings with `changes` on top. Loss options belong to their loss: changing the
+        loss without giving its options starts from none."""
+        if changes.get("loss", self.loss) != self.loss and "loss_options" not in changes:
+            changes = {**changes, "loss_options": {}}
+        return replace(self, **changes)
 
 
 @dataclass
@@ -110,10 +136,11 @@ def on_device(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | No
 def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
     """ℓ(endpoint, target) as the fit's target asks: against teacher endpoints in sample space,
     or, decoded, against observations in data space."""
+    make_loss, options = LOSSES.get(settings.loss), settings.loss_options
     if settings.target == "observed":
-        loss_fn = LOSSES.get(settings.loss)(lambda data: data)
+        loss_fn = make_loss(lambda data: data, **options)
         return lambda endpoint, target: loss_fn(backbone.decode(endpoint), target)
-    return LOSSES.get(settings.loss)(backbone.decode)
+    return make_loss(backbone.decode, **options)
 
 
 def distributed(solver: Solver) -> torch.nn.Module:

@@ -1,32 +1,53 @@
 """Endpoint losses ℓ(student, teacher) for teacher matching; a loss is chosen by name.
 
 A registered factory receives the decoder D from samples to data (the backbone's `decode`; the
-identity when the fit already compares decoded data with observations), builds what it needs
-once (a feature extractor) and returns a function of (student, target) → scalar.
+identity when the fit already compares decoded data with observations) and the fit's
+`loss_options` as keyword arguments, builds what it needs once (a feature extractor) and returns
+a function of (student, target) → scalar.
 
     mse        ℓ = mean (x̂ − x*)²                           over samples and pixels
     inception  ℓ = mean (φ(D(x̂)) − φ(D(x*)))²               φ: FID's Inception pool features
     digits     the same with the digits detector's features  (fast; the digits backbone)
     pooled     ℓ = Σ_{p ∈ 1, 4, 16} mean (M_p D(x̂) − M_p D(x*))²   M_p: p×p max-pooling
+    latent     ℓ = c · mean (ẑ − z*)² + mean (f(D(ẑ)) − f(D(z*)))²   f: a frozen DINOv2
 
 φ reads the decoded images as the FID protocol does (x · 127.5 + 128, clipped) but without
 rounding, so gradients reach the solver. Feature losses fit what FID measures; `pooled` fits what
 the nowcasting scores CSI, CSI-4 and CSI-16 measure (fields max-pooled by 1, 4 and 16), cheaply.
 """
 
+import inspect
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from spanlift.errors import SettingsError
 from spanlift.registry import Registry
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 Decode = Callable[[Tensor], Tensor]
-LOSSES: Registry[Callable[[Decode], LossFn]] = Registry("loss")
+LOSSES: Registry[Callable[..., LossFn]] = Registry("loss")
+"""name → factory(decode, **loss_options) → ℓ"""
+
+
+def check_loss_options(name: str, options: dict[str, Any]) -> None:
+    """Refuse options the loss `name` does not take, and a missing one that it needs (the
+    factory's keyword parameters are its options), without building the loss."""
+    parameters = list(inspect.signature(LOSSES.get(name)).parameters.values())[1:]  # after decode
+    accepted = [p.name for p in parameters]
+    takes = f"its options are: {', '.join(accepted)}" if accepted else "it takes no options"
+    for key in options:
+        if key not in accepted:
+            raise SettingsError(f"loss {name!r} has no option {key!r}; {takes}")
+    for parameter in parameters:
+        if parameter.default is inspect.Parameter.empty and parameter.name not in options:
+            raise SettingsError(f"loss {name!r} needs the option {parameter.name!r}; {takes}")
 
 
 def mean_squared_error(student: Tensor, teacher: Tensor) -> Tensor:
@@ -79,5 +100,39 @@ def pooled_fields(decode: Decode) -> LossFn:
         return sum(
             (F.max_pool2d(student, p) - F.max_pool2d(target, p)).square().mean() for p in pools
         )
+
+    return loss
+
+
+@LOSSES.register("latent")
+def latent_and_dinov2(decode: Decode, dinov2_path: str | Path, c: float = 0.1) -> LossFn:
+    """ℓ(ẑ, z*) = c · mean (ẑ − z*)² + mean (f(D(ẑ)) − f(D(z*)))²   (the paper, eq. dino_loss)
+
+    for latent models: ẑ, z* the student's and the teacher's latents, D the backbone's frozen
+    decoder, f the CLS features of a frozen DINOv2 read from the local folder `dinov2_path`
+    (`dinov2.py`: which features, how images are prepared). The teacher's features carry no
+    gradient.
+
+    The paper writes squared norms, sums over a sample's elements; here both terms are means, as
+    in the other losses, so c weighs mean squared errors and does not depend on the latent's size.
+    A weight c_sum between the paper's sums is c = c_sum · dim z / dim f between these means
+    (dim z: latent elements per sample; dim f: feature elements per sample, 768 for dinov2-base).
+    """
+    from spanlift.platform.fitting.dinov2 import load_dinov2  # transformers: on demand
+
+    if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c < math.inf:
+        raise SettingsError(f"loss 'latent': option c must be a number ≥ 0, got {c!r}")
+    if not isinstance(dinov2_path, str | Path) or not str(dinov2_path):
+        raise SettingsError(
+            f"loss 'latent': option dinov2_path must be a folder, got {dinov2_path!r}"
+        )
+    features = load_dinov2(dinov2_path)
+
+    def loss(student: Tensor, target: Tensor) -> Tensor:
+        features.to(student.device)
+        with torch.no_grad():
+            target_features = features(decode(target))
+        latent = (student - target).square().mean()
+        return c * latent + (features(decode(student)) - target_features).square().mean()
 
     return loss
