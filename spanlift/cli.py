@@ -1,7 +1,7 @@
 """The `spanlift` command line.
 
     spanlift solvers                      list solvers and their settings
-    spanlift backbones                    list backbones
+    spanlift backbones                    list backbones and what each needs
     spanlift fit --backbone gmm --solver spanlift --nfe 3 --set kernel_size=5
     spanlift demo                         fit and compare solvers on the digits backbone
     spanlift sweep sweeps/digits_nfe.yaml [--address auto] [--resume | --restart]
@@ -53,10 +53,13 @@ def cmd_solvers(args: argparse.Namespace) -> None:
 
 
 def cmd_backbones(args: argparse.Namespace) -> None:
-    from spanlift.backbones import BACKBONES
+    from spanlift.backbones import BACKBONES, backbone_options
 
     for name, cls in BACKBONES:
-        print(f"{name:<10} {inspect.getdoc(cls).splitlines()[0]}")
+        options = ", ".join(f"{k}={v!r}" for k, v in backbone_options(cls).items())
+        print(f"{name:<14} {inspect.getdoc(cls).splitlines()[0]}")
+        print(f"{'':<14} needs: {cls.needs}")
+        print(f"{'':<14} options: {options or '-'}")
 
 
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
@@ -75,12 +78,16 @@ def fit_settings(args: argparse.Namespace) -> Any:
         raise SettingsError(
             f"--train-samples and --test-samples must be positive, got {args.train_samples} and {args.test_samples}"
         )
+    for pair in args.loss_option:
+        if not pair.partition("=")[0] or "=" not in pair:
+            raise SettingsError(f"--loss-option expects key=value, got {pair!r}")
     return FitSettings(
         iterations=args.iterations,
         batch_size=args.batch_size,
         lr=args.lr,
         seed=args.seed,
         loss=args.loss,
+        loss_options=parse_settings(args.loss_option),
     )
 
 
@@ -92,7 +99,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
     spec = SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set))
     settings = fit_settings(args)
-    backbone = load_backbone(args.backbone)
+    backbone = load_backbone(args.backbone, **parse_settings(args.backbone_option))
     build(spec, backbone)  # reject a bad spec before generating the teacher
     train, test = teacher_sets(args, backbone)
     rows = compare([spec], backbone, train, test, settings, args.out)
@@ -118,7 +125,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from spanlift.solvers import SolverSpec
 
     settings = fit_settings(args)
-    backbone = load_backbone(args.backbone)
+    backbone = load_backbone(args.backbone, **parse_settings(args.backbone_option))
     train, test = teacher_sets(args, backbone)
     specs = [
         SolverSpec(name, nfe, args.schedule, settings_)
@@ -210,17 +217,24 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from spanlift.backbones import load_backbone
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
     from spanlift.platform.evaluation.reference import ReferenceSet
-    from spanlift.platform.evaluation.run_eval import EvalRequest, Tracking, run_eval
+    from spanlift.platform.evaluation.run_eval import (
+        EvalRequest,
+        Tracking,
+        default_samples,
+        run_eval,
+    )
     from spanlift.platform.tracking.runs import resolve_tracking_uri
     from spanlift.solvers import SolverSpec
 
-    detector = args.detector or load_backbone(args.backbone).fid_detector
+    backbone_options = parse_settings(args.backbone_option)
+    detector = args.detector or load_backbone(args.backbone, **backbone_options).fid_detector
     experiment = args.experiment or f"eval-{args.backbone}"
     request = EvalRequest(
         setup=EvaluatorSetup(
             args.backbone,
             detector,
             args.cache_dir,
+            backbone_options=backbone_options,
             detector_weights=args.detector_weights,
             lpips_weights=args.lpips_weights,
             image_reward_weights=args.image_reward_weights,
@@ -228,9 +242,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
         spec=SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set)),
         checkpoint=args.checkpoint,
         metrics=tuple(m.strip() for m in args.metrics.split(",") if m.strip()),
-        samples=args.samples,
+        samples=default_samples() if args.samples is None else args.samples,
         evaluators=args.evaluators,
-        reference=ReferenceSet(args.reference, args.reference_samples),
+        reference=ReferenceSet.from_setting(args.reference, args.reference_samples),
         tracking=None
         if args.no_tracking
         else Tracking(resolve_tracking_uri(args.tracking_uri), experiment),
@@ -345,17 +359,41 @@ def cmd_train_digits_detector(args: argparse.Namespace) -> None:
     print(f"wrote {path} (held-out accuracy {accuracy:.4f})")
 
 
+BACKBONE_OPTION_HELP = "backbone option, e.g. weights=model.pkl (see `spanlift backbones`)"
+
+
 def add_fit_options(p: argparse.ArgumentParser, out: str, nfe: Any, backbone: str) -> None:
     p.add_argument(
         "--backbone", default=backbone, help="registered backbone (see `spanlift backbones`)"
     )
-    p.add_argument("--schedule", default="edm", help="edm, logsnr or time")
+    p.add_argument(
+        "--backbone-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=BACKBONE_OPTION_HELP,
+    )
+    p.add_argument(
+        "--schedule",
+        default="edm",
+        help="σ grid: edm, logsnr, time or edm_to_zero (EDM's own protocol)",
+    )
     p.add_argument("--iterations", type=int, default=300, help="fit iterations (default 300)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--loss", default="mse", help="endpoint loss: mse, inception or digits (detector features)"
+        "--loss",
+        default="mse",
+        help="endpoint loss: mse, inception or digits (detector features), pooled, or latent "
+        "(latent MSE + DINOv2 features; needs --loss-option dinov2_path=FOLDER)",
+    )
+    p.add_argument(
+        "--loss-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="loss option, e.g. dinov2_path=models/dinov2-base or c=0.1 (values read as YAML)",
     )
     p.add_argument("--train-samples", type=int, default=1024, help="teacher endpoints to fit on")
     p.add_argument("--test-samples", type=int, default=256, help="held-out endpoints to score on")
@@ -367,7 +405,9 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="spanlift", description=__doc__.split("\n")[0])
     sub = root.add_subparsers(dest="command", required=True)
     sub.add_parser("solvers", help="list solvers and their settings").set_defaults(run=cmd_solvers)
-    sub.add_parser("backbones", help="list backbones").set_defaults(run=cmd_backbones)
+    sub.add_parser("backbones", help="list backbones and what each needs").set_defaults(
+        run=cmd_backbones
+    )
 
     fit = sub.add_parser("fit", help="fit one solver by endpoint teacher matching and score it")
     fit.add_argument("--solver", required=True, help="registered solver (see `spanlift solvers`)")
@@ -409,9 +449,20 @@ def parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="score one solver on parallel Ray evaluator actors")
     ev.add_argument("--backbone", default="digits", help="registered backbone (default digits)")
+    ev.add_argument(
+        "--backbone-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=BACKBONE_OPTION_HELP,
+    )
     ev.add_argument("--solver", required=True, help="registered solver (see `spanlift solvers`)")
     ev.add_argument("--nfe", type=int, required=True, help="model evaluations the solver spends")
-    ev.add_argument("--schedule", default="edm", help="edm, logsnr or time")
+    ev.add_argument(
+        "--schedule",
+        default="edm",
+        help="σ grid: edm, logsnr, time or edm_to_zero (EDM's own protocol)",
+    )
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--checkpoint", type=Path, help="fitted solver (spanlift fit / sweep output)")
     ev.add_argument(
@@ -419,11 +470,20 @@ def parser() -> argparse.ArgumentParser:
         default="fid",
         help="comma-separated, of fid, lpips, image_reward, latency, diagnostics (default fid)",
     )
-    ev.add_argument("--samples", type=int, default=10_000, help="samples scored (default 10000)")
+    ev.add_argument(
+        "--samples",
+        type=int,
+        help="samples scored (default 50000 with CUDA, the papers' FID protocol; 10000 without)",
+    )
     ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors (default 2)")
     ev.add_argument("--detector", help="FID detector: digits or inception (default: backbone's)")
     ev.add_argument("--detector-weights", type=Path, help="detector weights file")
-    ev.add_argument("--reference", default="dataset", choices=["dataset", "teacher"])
+    ev.add_argument(
+        "--reference",
+        default="dataset",
+        help="FID reference: dataset, teacher, or a statistics .npz such as NVlabs' "
+        "cifar10-32x32.npz (default dataset)",
+    )
     ev.add_argument("--reference-samples", type=int, default=10_000, help="teacher reference size")
     ev.add_argument("--cache-dir", type=Path, default=Path("runs/eval-cache"))
     ev.add_argument(

@@ -40,3 +40,8 @@ class MetricUnavailable(SpanliftError):
 class DataError(SpanliftError):
     """A data file or folder (SEVIR catalog, HDF5, a prepared store) that is missing, of the
     wrong layout or of another schema version."""
+
+
+class ReferenceStatisticsError(SpanliftError):
+    """An FID reference-statistics file (NVlabs' published `.npz` or spanlift's own) that is
+    missing, unreadable, or made for another detector or image resolution."""

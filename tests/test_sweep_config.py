@@ -111,7 +111,10 @@ def changed(path: list, value: object) -> dict:
         (changed(["teacher"], {"nfe": 0}), "teacher.nfe: expected a positive integer"),
         (changed(["evaluation"], {"metrics": ["fid", "is"]}), "evaluation.metrics: expected"),
         (changed(["evaluation"], {"detector": "lenet"}), "evaluation.detector: expected one of"),
-        (changed(["evaluation"], {"reference": "imagenet"}), "evaluation.reference: expected"),
+        (
+            changed(["evaluation"], {"reference": "imagenet"}),
+            "evaluation.reference: FID reference",  # neither keyword: a statistics file
+        ),
         (changed(["evaluation"], {"samples": 0}), "evaluation.samples: expected a positive"),
         ({k: v for k, v in VALID.items() if k != "experiment"}, "experiment: expected a value"),
         (["not", "a", "mapping"], "top level: expected a mapping"),
@@ -185,3 +188,40 @@ def test_trials_at_once_always_leave_one_fit_placeable(cpus, gpus, use_gpu, tria
     assert concurrent_trials(bundle, cpus, gpus) == trials
     # However many trials wait with their own CPUs, one trial's workers can still be placed.
     assert trials * bundle.trial_cpu + bundle.workers * bundle.worker_cpu <= cpus + 1e-9
+
+
+EDM_SWEEPS = {  # file: (reference statistics it names, configurations)
+    "edm_cifar10": ("cifar10-32x32.npz", 17),
+    "edm_imagenet64": ("imagenet-64x64.npz", 17),
+    "edm_ffhq64": ("ffhq-64x64.npz", 17),
+    "edm_afhqv2": ("afhqv2-64x64.npz", 17),
+    "edm_cifar10_base_solvers": ("cifar10-32x32.npz", 24),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDM_SWEEPS))
+def test_shipped_edm_sweeps_load_once_their_files_are_in_place(name: str, tmp_path: Path) -> None:
+    """The EDM grids parse with NVlabs' statistics under models/fid-refs (2048-d stand-ins here);
+    the network pickle and the EDM code are read when a trial loads the backbone."""
+    import numpy as np
+
+    reference, trials = EDM_SWEEPS[name]
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "models" / "fid-refs").mkdir(parents=True)
+    np.savez(
+        tmp_path / "models" / "fid-refs" / reference,
+        mu=np.zeros(2048, np.float32),
+        sigma=np.eye(2048, dtype=np.float32),
+    )
+    sweep = tmp_path / "sweeps" / f"{name}.yaml"
+    sweep.write_text((SWEEPS / f"{name}.yaml").read_text())
+    config = load_sweep(sweep)
+    assert len(config.trials()) == trials
+    assert config.backbone == "edm" and config.backbone_options["allow_pickle"] is True
+    assert config.backbone_options["weights"].startswith(str(tmp_path / "models"))
+    assert config.backbone_options["code"] == str(tmp_path / "models" / "edm")
+    assert (config.teacher.solver.name, config.teacher.solver.nfe) == ("ipndm", 35)
+    assert config.fit.loss == "inception" and config.evaluation.samples == 50_000
+    assert config.resources.use_gpu is True
+    protocols = {spec.schedule for spec in config.trials()}
+    assert protocols == ({"edm"} if "base_solvers" in name else {"edm", "edm_to_zero"})

@@ -87,3 +87,13 @@ def load_digits(weights: Path | None, cache_dir: Path) -> Detector:
 
 def load_detector(name: str, cache_dir: Path, weights: Path | None = None) -> Detector:
     return DETECTORS.get(name)(weights, cache_dir)
+
+
+FEATURE_SIZES = {"inception": int(inception.FEATURE), "digits": digits_detector.FEATURE_DIM}
+"""Features per image of each detector; its weights file does not change it."""
+
+
+def feature_size(name: str) -> int:
+    """D of the [N, D] features detector `name` gives, known without loading it."""
+    DETECTORS.get(name)  # an unknown name lists the known ones
+    return FEATURE_SIZES[name]

@@ -8,6 +8,10 @@ not depend on how the samples were split. From the merged sums,
 
 and FID = ‖μ_a − μ_b‖² + tr(Σ_a + Σ_b − 2 (Σ_a Σ_b)^{1/2}) is computed by torch-fidelity's own
 `fid_statistics_to_metric`, so numbers match torch-fidelity's FID on the same features.
+
+This Σ is NVlabs EDM's (`fid.py`, `calculate_inception_stats`: Σ f fᵀ − N μμᵀ, over N − 1), so
+their published μ and Σ enter through `FeatureMoments.from_statistics` and the distance equals
+their `calculate_fid_from_inception_stats` on the same statistics.
 """
 
 from __future__ import annotations
@@ -36,6 +40,22 @@ class FeatureMoments:
         if features.ndim != 2:
             raise SettingsError(f"features: expected an [N, D] array, got shape {features.shape}")
         return cls(len(features), features.sum(axis=0), features.T @ features)
+
+    @classmethod
+    def from_statistics(
+        cls, mean: np.ndarray, covariance: np.ndarray, count: int
+    ) -> FeatureMoments:
+        """The moments of `count` features whose mean is `mean` and whose unbiased covariance is
+        `covariance`, inverting `mean()` and `covariance()`:
+
+            S₁ = N μ,    S₂ = (N − 1) Σ + N μ μᵀ.
+
+        Any N ≥ 2 gives back the same μ and Σ (up to float64 rounding), hence the same FID.
+        """
+        mean = np.asarray(mean, dtype=np.float64)
+        covariance = np.asarray(covariance, dtype=np.float64)
+        outer = (count - 1) * covariance + count * np.outer(mean, mean)
+        return cls(count, count * mean, outer)
 
     @classmethod
     def empty(cls, dim: int) -> FeatureMoments:
@@ -77,6 +97,8 @@ def frechet_distance(a: FeatureMoments, b: FeatureMoments) -> float:
     Fewer samples than the feature dimension make a covariance rank-deficient: the distance is
     still computed, with a warning, because it is then biased and not comparable with papers.
     """
+    if a.dim != b.dim:
+        raise SettingsError(f"FID: cannot compare {a.dim}-d features with {b.dim}-d features")
     for name, moments in (("first", a), ("second", b)):
         if moments.count < 2:
             raise SettingsError(

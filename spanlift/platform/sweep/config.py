@@ -7,7 +7,7 @@ See `sweeps/digits_nfe.yaml` for a commented example of every section.
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.tracking.metrics import check_search_metric
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
+from spanlift.solvers.schedules import SCHEDULES
 from spanlift.solvers.spec import check_settings, steps_for_nfe
 
 
@@ -44,6 +45,8 @@ class SolverEntry:
     label: str = ""
     """The name its runs carry on the leaderboard (default: the solver's name), so one solver
     fitted two ways is ranked as two rows, e.g. `spanlift (pooled, teacher)`."""
+    schedule: str = "edm"
+    """The σ grid (see `spanlift.solvers.schedules`); `edm_to_zero` is EDM's own protocol."""
 
     def grid(self) -> list[SolverSpec]:
         keys = list(self.search)
@@ -54,7 +57,7 @@ class SolverEntry:
                     SolverSpec(
                         self.name,
                         nfe,
-                        "edm",
+                        self.schedule,
                         {**self.settings, **dict(zip(keys, values, strict=True))},
                     )
                 )
@@ -88,7 +91,7 @@ class EvaluationConfig:
     samples: int = 1000
     evaluators: int = 1
     detector: str | None = None  # None: the backbone's own default
-    reference: str = "dataset"
+    reference: str = "dataset"  # dataset, teacher, or the absolute path of a statistics .npz
     reference_samples: int = 10_000
     lpips_weights: Path | None = None  # AlexNet weights; None: torch's hub cache
     image_reward_weights: Path | None = None  # ImageReward.pt + med_config.json folder
@@ -129,11 +132,11 @@ class SweepConfig:
 
     def fit_of(self, entry: SolverEntry) -> FitSettings:
         """The fit settings of an entry: the sweep's, with the entry's own on top."""
-        return replace(self.fit, **entry.fit)
+        return self.fit.updated(entry.fit)
 
     def as_dict(self) -> dict[str, Any]:
         """The validated sweep, defaults filled in, as plain data (stored with the Tune state)."""
-        data = json.loads(json.dumps(asdict(self), default=str))
+        data = json.loads(json.dumps({**asdict(self), "fit": self.fit.to_dict()}, default=str))
         data.pop("source")
         return data
 
@@ -197,10 +200,12 @@ def _checked(reader: _Reader, key: str, check: Any) -> None:
         reader.error(key, str(exc))
 
 
-def _solver_entry(data: Any, path: str, source: str) -> SolverEntry:
+def _solver_entry(data: Any, path: str, source: str, folder: Path) -> SolverEntry:
     r = _Reader(data, path, source)
-    r.only("name", "nfe", "settings", "search", "fit", "label")
+    r.only("name", "nfe", "schedule", "settings", "search", "fit", "label")
     name = r.get("name", str, expected="a solver name")
+    schedule = r.get("schedule", str, "edm")
+    _checked(r, "schedule", lambda: SCHEDULES.get(schedule))
     _checked(r, "name", lambda: SOLVERS.get(name))
     nfe = r.get("nfe", (int, list), expected="an NFE or a list of NFEs")
     nfe = tuple(nfe if isinstance(nfe, list) else [nfe])
@@ -211,14 +216,13 @@ def _solver_entry(data: Any, path: str, source: str) -> SolverEntry:
         if not isinstance(values, list) or not values:
             search_reader.fail(key, values, "a non-empty list of values")
         search[key] = tuple(values)
-    fit = r.get("fit", dict, {}, "a mapping of fit settings")
+    fit = _fit_paths(r.get("fit", dict, {}, "a mapping of fit settings"), folder)
     for key in fit:
-        if key not in FitSettings().to_dict():
+        if key not in FitSettings.names():
             r.error(
-                f"fit.{key}",
-                f"unknown key; the keys here are: {', '.join(FitSettings().to_dict())}",
+                f"fit.{key}", f"unknown key; the keys here are: {', '.join(FitSettings.names())}"
             )
-    entry = SolverEntry(name, nfe, settings, search, fit, r.get("label", str, ""))
+    entry = SolverEntry(name, nfe, settings, search, fit, r.get("label", str, ""), schedule)
     for spec in entry.grid():
         _checked(r, "settings", lambda spec=spec: check_settings(spec.name, spec.settings))
         _checked(r, "nfe", lambda spec=spec: steps_for_nfe(spec.name, spec.nfe, spec.settings))
@@ -235,6 +239,7 @@ def _use_gpu(reader: _Reader) -> bool | str:
 
 def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     from spanlift.platform.evaluation.detectors import DETECTORS
+    from spanlift.platform.evaluation.reference import read_statistics
     from spanlift.platform.evaluation.run_eval import METRICS
 
     e.only(
@@ -255,8 +260,9 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     if detector is not None and detector not in DETECTORS:
         e.fail("detector", detector, f"one of {', '.join(DETECTORS.names())}")
     reference = e.get("reference", str, "dataset")
-    if reference not in ("dataset", "teacher"):
-        e.fail("reference", reference, "'dataset' or 'teacher'")
+    if reference not in ("dataset", "teacher"):  # a statistics file, relative to the sweep file
+        reference = str((folder / Path(reference).expanduser()).resolve())
+        _checked(e, "reference", lambda: read_statistics(Path(reference)))
     return EvaluationConfig(
         metrics,
         e.positive_int("samples", 1000),
@@ -273,17 +279,26 @@ def _optional_path(value: str | None, folder: Path) -> Path | None:
     return (folder / Path(value).expanduser()).resolve() if value else None
 
 
-PATH_OPTIONS = ("weights", "path", "dir", "root", "data")
-"""Backbone options whose names end so hold paths: relative ones are relative to the file."""
+PATH_OPTIONS = ("weights", "path", "dir", "root", "data", "code", "prompts")
+"""Backbone and loss options whose names end so hold paths: relative ones are relative to the
+file."""
 
 
-def _backbone_options(options: dict[str, Any], folder: Path) -> dict[str, Any]:
+def _absolute_paths(options: dict[str, Any], folder: Path) -> dict[str, Any]:
     return {
         key: str((folder / Path(value).expanduser()).resolve())
         if isinstance(value, str) and key.endswith(PATH_OPTIONS)
         else value
         for key, value in options.items()
     }
+
+
+def _fit_paths(fit: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Fit settings with their path-valued loss options (see PATH_OPTIONS) made absolute."""
+    options = fit.get("loss_options")
+    if not isinstance(options, dict):
+        return fit  # absent, or refused with its key path by FitSettings
+    return {**fit, "loss_options": _absolute_paths(options, folder)}
 
 
 def _tracking_uri(uri: str | None, folder: Path) -> str | None:
@@ -332,7 +347,9 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
     solvers_data = r.get("solvers", list, expected="a list of solvers to compare")
     if not solvers_data:
         r.fail("solvers", solvers_data, "at least one solver")
-    solvers = tuple(_solver_entry(s, f"solvers[{i}]", source) for i, s in enumerate(solvers_data))
+    solvers = tuple(
+        _solver_entry(s, f"solvers[{i}]", source, folder) for i, s in enumerate(solvers_data)
+    )
 
     s = r.child("search", {})
     s.only("algorithm", "num_samples", "metric", "mode")
@@ -344,16 +361,16 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         s.fail("mode", mode, "'min' or 'max'")
 
     f = r.child("fit", {})
-    f.only(*FitSettings().to_dict())
+    f.only(*FitSettings.names())
     try:
-        fit = FitSettings(**f.data)
+        fit = FitSettings(**_fit_paths(f.data, folder))
     except SpanliftError as exc:
         raise SweepConfigError(f"{source}: fit: {exc}") from None
     if fit.loss not in LOSSES:
         f.fail("loss", fit.loss, f"one of {', '.join(LOSSES.names())}")
     for i, entry in enumerate(solvers):
         try:
-            replace(fit, **entry.fit)
+            fit.updated(entry.fit)
         except SpanliftError as exc:
             raise SweepConfigError(f"{source}: solvers[{i}].fit: {exc}") from None
 
@@ -385,7 +402,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
     return SweepConfig(
         experiment=r.get("experiment", str, expected="an experiment name"),
         backbone=backbone_name,
-        backbone_options=_backbone_options(b.get("options", dict, {}), folder),
+        backbone_options=_absolute_paths(b.get("options", dict, {}), folder),
         teacher=teacher,
         solvers=solvers,
         algorithm=algorithm,

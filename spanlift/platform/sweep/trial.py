@@ -116,7 +116,26 @@ def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
             "test": context.teachers.test.name,
         },
         fit={**config.fit.to_dict(), "workers": config.resources.workers},
-        evaluation=asdict(config.evaluation) if config.evaluation.metrics else {},
+        evaluation=evaluation_settings(config),
+    )
+
+
+def evaluation_settings(config: SweepConfig) -> dict[str, Any]:
+    """The evaluation section in the run key; a statistics file enters by name and content
+    digest, so a changed file makes a new result."""
+    if not config.evaluation.metrics:
+        return {}
+    settings, reference = asdict(config.evaluation), reference_set(config)
+    if reference.kind == "file":
+        settings["reference"] = reference.describe()
+    return settings
+
+
+def reference_set(config: SweepConfig) -> ReferenceSet:
+    """What the sweep's FIDs are measured against."""
+    evaluation = config.evaluation
+    return ReferenceSet.from_setting(
+        evaluation.reference, evaluation.reference_samples, config.teacher.solver
     )
 
 
@@ -335,9 +354,7 @@ def evaluation_metrics(
     metrics = tuple(m for m in evaluation.metrics if m in SAMPLE_METRICS)
     if not metrics:
         return None
-    reference = ReferenceSet(
-        evaluation.reference, evaluation.reference_samples, context.config.teacher.solver
-    )
+    reference = reference_set(context.config)
     return evaluate_samples(evaluators, spec, checkpoint, evaluation.samples, metrics, reference)
 
 
