@@ -1,13 +1,30 @@
 """Frozen model adapters, each giving a denoiser D(x, σ) in EDM σ-form. Knows nothing of Ray or MLflow."""
 
-from spanlift.backbones import digits, gmm, latent_nowcast, nowcast  # noqa: F401
+import inspect
+
+from spanlift.backbones import digits, edm, gmm, latent_nowcast, nowcast  # noqa: F401
 from spanlift.backbones.base import Backbone
 from spanlift.backbones.registry import BACKBONES
+from spanlift.errors import SettingsError
+
+
+def backbone_options(cls: type[Backbone]) -> dict[str, object]:
+    """The options a backbone class accepts and their defaults (its constructor's keywords)."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return {
+        p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY or p.default is not p.empty
+    }
 
 
 def load_backbone(name: str, **options: object) -> Backbone:
-    """The registered backbone `name`, built with its options (e.g. weights=<file>)."""
-    return BACKBONES.get(name)(**options)
+    """The registered backbone `name`, built with its options (e.g. weights=<file>); an option it
+    does not have is an error that lists the ones it has."""
+    cls = BACKBONES.get(name)
+    unknown = sorted(set(options) - set(backbone_options(cls)))
+    if unknown:
+        known = ", ".join(backbone_options(cls)) or "none"
+        raise SettingsError(f"backbone {name!r} has no option {unknown[0]!r}; its options: {known}")
+    return cls(**options)
 
 
-__all__ = ["BACKBONES", "Backbone", "load_backbone"]
+__all__ = ["BACKBONES", "Backbone", "backbone_options", "load_backbone"]

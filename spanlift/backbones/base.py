@@ -7,7 +7,7 @@ flow matching with x_t = t·x1 + (1−t)·noise uses σ = (1−t)/t and x̃ = x/
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +23,8 @@ class Backbone(nn.Module, ABC):
     sigma_min: float
     sigma_max: float
     fid_detector: str = "inception"  # the FID detector its samples are scored with by default
+    needs: ClassVar[str] = "nothing: embedded, its weights ship with spanlift"
+    """What a user must provide to load it (files, opt-ins), as `spanlift backbones` prints it."""
 
     @abstractmethod
     def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:

@@ -9,7 +9,7 @@ The means are smooth random images so that spatial structure matters, as it does
 """
 
 import hashlib
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,8 @@ from spanlift.backbones.registry import BACKBONES
 @BACKBONES.register("gmm")
 class GaussianMixture(Backbone):
     """Gaussian mixture with an exact denoiser (CPU, no weights)."""
+
+    needs: ClassVar[str] = "nothing: analytic, no weights"
 
     sigma_min = 0.002
     sigma_max = 80.0

@@ -37,13 +37,11 @@ the denoiser as it is (a float); t within 1e-4 of an integer is rounded to it, s
 the table in float32 (at most ~1.5e-5 timesteps off) reaches the model as exactly k.
 """
 
-import hashlib
-import sys
 import warnings
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -56,6 +54,7 @@ from spanlift.backbones.nowcast_windows import (
     NowcastWindows,
     frames_side_by_side,
 )
+from spanlift.backbones.pickles import files_digest, make_importable, require_opt_in
 from spanlift.backbones.registry import BACKBONES
 from spanlift.backbones.weights import weights_digest
 from spanlift.errors import CheckpointError, SettingsError
@@ -104,16 +103,6 @@ def is_torchscript(path: Path) -> bool:
         return any(PurePosixPath(name).name == "constants.pkl" for name in archive.namelist())
 
 
-def make_importable(code: Path) -> None:
-    """Put the folder holding a pickled model's package on sys.path (first), for good."""
-    if not code.is_dir():
-        raise SettingsError(
-            f"prediff code={code} is not a folder; pass the folder that holds the model's package"
-        )
-    if str(code) not in sys.path:
-        sys.path.insert(0, str(code))
-
-
 def load_module(path: Path, role: str, allow_pickle: bool) -> nn.Module:
     """The `role` module ("denoiser", "autoencoder") of a TorchScript file or, with allow_pickle,
     of a pickled module; on the CPU."""
@@ -121,11 +110,7 @@ def load_module(path: Path, role: str, allow_pickle: bool) -> nn.Module:
         raise CheckpointError(f"prediff {role} not found: {path}; {CONVERSION_HINT}")
     if is_torchscript(path):
         return load_torchscript(path, role)
-    if not allow_pickle:
-        raise CheckpointError(
-            f"prediff {role} {path} is a pickle; loading it runs code from it: pass "
-            f"allow_pickle=true (and code=<folder with the model's package> if it imports one)"
-        )
+    require_opt_in(allow_pickle, path, f"prediff {role}")
     return load_pickled_module(path, role)
 
 
@@ -158,15 +143,6 @@ def load_pickled_module(path: Path, role: str) -> nn.Module:
     return module
 
 
-def files_digest(paths: Iterable[Path]) -> str:
-    """16 hex digits of SHA-256 over the files' digests, in order."""
-    digest = hashlib.sha256()
-    for path in paths:
-        with path.open("rb") as file:
-            digest.update(hashlib.file_digest(file, "sha256").digest())
-    return digest.hexdigest()[:16]
-
-
 def placement(module: nn.Module) -> tuple[torch.device, torch.dtype]:
     """Device and dtype of the module's first parameter (the CPU and float32 when it has none)."""
     first = next(module.parameters(), None)
@@ -178,6 +154,11 @@ def placement(module: nn.Module) -> tuple[torch.device, torch.dtype]:
 @BACKBONES.register("prediff")
 class LatentNowcast(Backbone):
     """PreDiff-form latent VP ε-prediction nowcasting model from local files."""
+
+    needs: ClassVar[str] = (
+        "denoiser=<TorchScript or pickle>, autoencoder=<TorchScript or pickle>, "
+        "data=<SEVIR folder or prepared store>; pickles also allow_pickle=true, code=<folder>"
+    )
 
     def __init__(
         self,
@@ -200,8 +181,7 @@ class LatentNowcast(Backbone):
             )
         if not isinstance(allow_pickle, bool):
             raise SettingsError(f"prediff allow_pickle must be true or false, got {allow_pickle!r}")
-        if code is not None:
-            make_importable(Path(code))
+        make_importable(code, "prediff")
         files = [Path(denoiser), Path(autoencoder)]
         denoiser_module, autoencoder_module = (
             load_module(path, role, allow_pickle)

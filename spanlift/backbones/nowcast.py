@@ -13,7 +13,7 @@ nowcast_windows.py.
 """
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -57,6 +57,11 @@ def open_windows(data: str | Path, grid: int) -> NowcastWindows:
 @BACKBONES.register("nowcast")
 class NowcastUNet(Backbone):
     """Conditional EDM U-Net: 6 future SEVIR-LR frames from 7 past ones (CPU, committed weights)."""
+
+    needs: ClassVar[str] = (
+        "data=<SEVIR folder or prepared store> (default data/sevir_synth, made by "
+        "`spanlift nowcast synth`); its weights ship with spanlift"
+    )
 
     sigma_min = 0.002
     sigma_max = 80.0
