@@ -18,3 +18,12 @@ REFERENCE_FIRST_SEED = 3 * 10**9
 def held_out(seed: int) -> bool:
     """Whether `seed` is outside the training range (its conditioning comes from held-out data)."""
     return seed >= TEST_SEED_OFFSET
+
+
+RANGE_STARTS = (0, TEST_SEED_OFFSET, FID_FIRST_SEED, REFERENCE_FIRST_SEED)
+
+
+def offset_in_range(seed: int) -> int:
+    """How far `seed` is from the first seed of its range (so each range can start again at the
+    first item of a list, e.g. the first evaluation prompt)."""
+    return seed - max(first for first in RANGE_STARTS if first <= seed)

@@ -2,7 +2,7 @@
 
 import inspect
 
-from spanlift.backbones import digits, edm, gmm, latent_nowcast, nowcast  # noqa: F401
+from spanlift.backbones import digits, edm, flux, gmm, latent_nowcast, nowcast, sana  # noqa: F401
 from spanlift.backbones.base import Backbone
 from spanlift.backbones.registry import BACKBONES
 from spanlift.errors import SettingsError
