@@ -70,3 +70,12 @@ def test_a_sweep_entry_chooses_its_schedule() -> None:
         SweepConfigError, match=r"solvers\[2\]\.schedule.*unknown schedule 'karras'"
     ):
         parse_sweep(data)
+
+
+def test_flow_schedule_is_uniform_in_flow_time() -> None:
+    from spanlift.solvers.schedules import flow_time_uniform
+
+    sigmas = flow_time_uniform(4, 0.001, 999.0)
+    s = sigmas / (1 + sigmas)  # back to flow time
+    torch.testing.assert_close(s, torch.linspace(0.999, 0.001 / 1.001, 5, dtype=torch.float64))
+    assert sigmas[0] == pytest.approx(999.0) and sigmas[-1] == pytest.approx(0.001)

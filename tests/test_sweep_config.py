@@ -34,6 +34,8 @@ VALID = {
         ("gmm_smoke", 2),
         ("operator_ablation", 6),
         ("nowcast_synth", 8),
+        ("sana", 9),
+        ("flux", 9),
     ],
 )
 def test_shipped_sweeps_load(name: str, trials: int) -> None:

@@ -45,6 +45,16 @@ def logsnr_uniform(steps: int, sigma_min: float, sigma_max: float) -> Tensor:
     ).exp()
 
 
+@SCHEDULES.register("flow")
+def flow_time_uniform(steps: int, sigma_min: float, sigma_max: float) -> Tensor:
+    """Uniform in flow-matching time s = σ / (1 + σ) (x_s = (1 − s) x0 + s ε, the flow models'
+    own Euler grid without shift): s_i = linspace(s(σ_max), s(σ_min)), σ_i = s_i / (1 − s_i)."""
+    s = torch.linspace(
+        sigma_max / (1 + sigma_max), sigma_min / (1 + sigma_min), steps + 1, dtype=torch.float64
+    )
+    return s / (1 - s)
+
+
 @SCHEDULES.register("time")
 def time_uniform(steps: int, sigma_min: float, sigma_max: float) -> Tensor:
     """Uniform in EDM time t = σ: σ_i = σ_max + i/N (σ_min − σ_max)."""
