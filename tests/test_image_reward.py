@@ -132,6 +132,23 @@ def write_local_image_reward(root: Path) -> Path:
     return weights
 
 
+def test_tokenizer_is_read_from_the_cache_and_its_absence_is_an_error(
+    tmp_path: Path, monkeypatch
+) -> None:
+    pytest.importorskip("transformers")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(OSError):  # transformers 5 alone would build one with no vocabulary
+        image_reward.bert_tokenizer()
+    write_local_image_reward(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    tokenizer = image_reward.bert_tokenizer()
+    assert tokenizer("a digit 7").input_ids == [2, 5, 9, 17, 3]  # [CLS] a digit 7 [SEP]
+    assert tokenizer.convert_tokens_to_ids(["[DEC]", "[ENC]"]) == [20, 21]
+    assert tokenizer.bos_token == "[DEC]" and tokenizer.enc_token_id == 21
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("ImageReward") is None,
     reason="the optional image-reward package is not installed (pip install -e '.[imagereward]')",

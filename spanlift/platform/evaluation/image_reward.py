@@ -1,18 +1,24 @@
 """ImageReward (Xu et al. 2023): a BLIP-based reward of how well an image matches its prompt.
 
-Scored with the `image-reward` package (`pip install 'spanlift[imagereward]'`) from local files
-only: the checkpoint `ImageReward.pt` and `med_config.json` (both from the THUDM/ImageReward
-model page) in one folder, and the `bert-base-uncased` tokenizer already in the Hugging Face
-cache; the hub is never contacted. Any piece missing makes the metric unavailable, with the
-reason. Samples are read as the package reads an image: bicubic resize of the short side to 224,
-centre crop, CLIP normalisation; the reward is `(mlp(BLIP text-image feature) − 0.167) / 1.033`.
+Scored with the model class of the `image-reward` package (`pip install 'spanlift[imagereward]'`),
+run on transformers 5 (see `image_reward_class`), from local files only: the checkpoint
+`ImageReward.pt` and `med_config.json` (both from the THUDM/ImageReward model page) in one folder,
+and the `bert-base-uncased` tokenizer already in the Hugging Face cache; the hub is never contacted.
+Any piece missing makes the metric unavailable, with the reason. Samples are read as the package
+reads an image: bicubic resize of the short side to 224, centre crop, CLIP normalisation; the
+reward is `(mlp(BLIP text-image feature) − 0.167) / 1.033`.
 """
 
+import functools
+import importlib
 import importlib.util
-import os
-from collections.abc import Sequence
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -52,32 +58,116 @@ def check_package() -> None:
 
 
 @contextmanager
-def hub_offline():
-    """Hugging Face libraries read their cache only, inside the block."""
-    saved = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
+def bare_packages(*names: str) -> Iterator[None]:
+    """Inside the block the packages `names` (parents first) are empty modules: importing one of
+    their submodules does not run the packages' `__init__.py`."""
     try:
+        for name in names:
+            sys.modules[name] = importlib.util.module_from_spec(importlib.util.find_spec(name))
         yield
     finally:
-        if saved is None:
-            del os.environ["HF_HUB_OFFLINE"]
-        else:
-            os.environ["HF_HUB_OFFLINE"] = saved
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def no_head_pruning(*args: object) -> NoReturn:
+    raise NotImplementedError("ImageReward's text encoder is never pruned here")
+
+
+class TransformersFourMethods:
+    """What the package's text encoder (`med.BertModel`) calls on itself and transformers 5 took
+    out of `PreTrainedModel`, as transformers 4 did it. Scoring passes no head mask."""
+
+    def init_weights(self) -> None:
+        # transformers 5's init_weights needs the state post_init sets up, which med.py never
+        # calls; the checkpoint replaces these weights anyway.
+        self.apply(self._init_weights)
+
+    def invert_attention_mask(self, mask: Tensor) -> Tensor:
+        extended = mask[:, None, :, :] if mask.dim() == 3 else mask[:, None, None, :]
+        return (1.0 - extended.to(self.dtype)) * torch.finfo(self.dtype).min
+
+    def get_head_mask(self, head_mask: Tensor | None, layers: int) -> list[None]:
+        if head_mask is not None:
+            raise NotImplementedError("ImageReward is scored without a head mask")
+        return [None] * layers
+
+
+def bert_tokenizer():
+    """The package's `init_tokenizer` (bert-base-uncased with BLIP's [DEC] bos token and [ENC]
+    token), under transformers 5's name for additional special tokens: extra special tokens.
+
+    Read from the cached snapshot folder, so the hub is never contacted; OSError when vocab.txt is
+    not in the cache (transformers 5 would otherwise build a tokenizer with no vocabulary)."""
+    from huggingface_hub import hf_hub_download
+    from transformers import BertTokenizer
+
+    vocab = hf_hub_download("bert-base-uncased", "vocab.txt", local_files_only=True)
+    tokenizer = BertTokenizer.from_pretrained(Path(vocab).parent)
+    tokenizer.add_special_tokens({"bos_token": "[DEC]"})
+    tokenizer.add_special_tokens({"extra_special_tokens": ["[ENC]"]})
+    tokenizer.enc_token_id = tokenizer.extra_special_tokens_ids[0]
+    return tokenizer
+
+
+@functools.cache
+def image_reward_class() -> type[torch.nn.Module]:
+    """The package's `ImageReward` model class, adapted to transformers 5.
+
+    image-reward 1.5 targets transformers 4. Its package `__init__` also imports OpenAI's `clip`
+    (which needs pkg_resources, gone from setuptools 81) and the ReFL trainer (diffusers,
+    datasets), none of which scoring uses, so only the module of the model class is imported, with
+    `ImageReward` and `ImageReward.models` entered bare. For transformers 5:
+    - med.py imports `apply_chunking_to_forward` and `prune_linear_layer` from
+      `transformers.modeling_utils` (moved to `transformers.pytorch_utils` in 4.40), and
+      `find_pruneable_heads_and_indices` (removed in 5, used only to prune heads): they are put
+      there while it is imported;
+    - its `BertModel` is built as a subclass with `TransformersFourMethods`;
+    - its tokenizer is built by `bert_tokenizer`.
+    The package's own import-time settings (all warnings ignored, transformers logging at error
+    level) are undone.
+    """
+    from transformers import modeling_utils, pytorch_utils
+    from transformers.utils import logging
+
+    moved = {
+        "apply_chunking_to_forward": pytorch_utils.apply_chunking_to_forward,
+        "prune_linear_layer": pytorch_utils.prune_linear_layer,
+        "find_pruneable_heads_and_indices": no_head_pruning,
+    }
+    verbosity = logging.get_verbosity()
+    try:
+        with (
+            warnings.catch_warnings(),
+            mock.patch.multiple(modeling_utils, create=True, **moved),
+            bare_packages("ImageReward", "ImageReward.models"),
+        ):
+            model_module = importlib.import_module("ImageReward.ImageReward")
+            blip_pretrain = importlib.import_module("ImageReward.models.BLIP.blip_pretrain")
+    finally:
+        logging.set_verbosity(verbosity)
+    base = blip_pretrain.BertModel
+    blip_pretrain.BertModel = type(base.__name__, (TransformersFourMethods, base), {})
+    blip_pretrain.init_tokenizer = bert_tokenizer
+    return model_module.ImageReward
 
 
 def load_image_reward(folder: Path | None, device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The package's model with the checkpoint loaded as `ImageReward.load` loads it (not
+    strictly), frozen, in eval mode."""
     checkpoint, med_config = image_reward_files(folder)
     check_package()
-    import ImageReward  # the optional package: imported only when the metric is asked for
-
+    model_class = image_reward_class()
     try:
-        with hub_offline():
-            model = ImageReward.load(str(checkpoint), device=device, med_config=str(med_config))
-    except OSError as exc:  # transformers: the tokenizer is not in the cache
+        model = model_class(med_config=str(med_config), device=device).to(device)
+    except OSError as exc:  # bert_tokenizer: the tokenizer is not in the cache
         raise MetricUnavailable(
             f"ImageReward unavailable: the bert-base-uncased tokenizer is not in the Hugging "
             f"Face cache ({str(exc).splitlines()[0]})"
         ) from None
+    model.load_state_dict(
+        torch.load(checkpoint, map_location="cpu", weights_only=True), strict=False
+    )
     return model.eval().requires_grad_(False)
 
 
