@@ -33,7 +33,7 @@ beside the paper's figures (EDM ImageNet-64 on an A6000, batch 64).
 
 The default run (batch 16 for CIFAR-10, 4 for ImageNet-64, 1 for SANA and FLUX; 3 repeats) takes
 1.5 minutes on 2 idle CPU cores and up to 4 on busy ones, most of it SANA's transformer calls and
-DC-AE decodes at 512 px; `--flux-blocks` adds 2–5 minutes there, half of it FLUX's VAE decoding at
+DC-AE decodes at 512 px; `--flux-blocks` adds 2–5 minutes there, most of it FLUX's VAE decoding at
 1024 px.
 """
 
