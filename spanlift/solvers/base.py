@@ -12,7 +12,7 @@ costs no evaluation. NFE is counted by `count_nfe`, never assumed.
 """
 
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,14 +35,34 @@ class Point:
 History = list[Point]  # newest first: history[0] is the current step
 
 
+@dataclass
+class Step:
+    """One step of a rollout: x_{i+1} = x_i + h_i Δ_i, with the history Δ_i read."""
+
+    i: int
+    x: Tensor
+    history: "History"
+    direction: Tensor
+    x_next: Tensor
+
+
+SUPERVISIONS = ("endpoint", "trajectory")
+"""What a learned solver is fitted against: the teacher's endpoint only (the paper's eq. 4), or the
+teacher's states at each of the solver's own grid σ_1 … σ_N (AMED, EPD)."""
+
+
 class Solver(nn.Module):
     """Base class: holds the σ grid and runs the rollout; subclasses define `direction`.
 
-    `buffer_size` is how many points of history the direction reads (K).
+    `buffer_size` is how many points of history the direction reads (K). `supervision` is what a
+    fit matches it against (see SUPERVISIONS); `input_slack` > 0 lets a fit move each training
+    noise within a ball of that relative radius (LD3's soft teacher loss).
     """
 
     name: ClassVar[str]
     buffer_size: int = 1
+    supervision: ClassVar[str] = "endpoint"
+    input_slack: float = 0.0
 
     def __init__(self, sigmas: Tensor, afs: bool = False) -> None:
         super().__init__()
@@ -94,12 +114,28 @@ class Solver(nn.Module):
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
         """Δ_i, so that x_{i+1} = x_i + h_i Δ_i."""
 
-    def forward(self, denoiser: Denoiser, x: Tensor) -> Tensor:
-        """Integrate from x at σ_max to σ_min."""
+    def inactive_parameters(self, iteration: int) -> list[nn.Parameter]:
+        """Parameters a fit leaves unchanged at `iteration` (alternating schemes); none here."""
+        return []
+
+    def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
+        """The rollout from x at σ_max, one step at a time."""
         history: History = []
         for i in range(self.num_steps):
             history = [self.evaluate(denoiser, x, i), *history][: self.buffer_size]
-            x = x + self.step_size(i, x) * self.direction(i, x, history, denoiser)
+            delta = self.direction(i, x, history, denoiser)
+            x_next = x + self.step_size(i, x) * delta
+            yield Step(i, x, history, delta, x_next)
+            x = x_next
+
+    def trajectory(self, denoiser: Denoiser, x: Tensor) -> list[Tensor]:
+        """The states x_1, …, x_N at σ_1, …, σ_N (the last is the endpoint)."""
+        return [step.x_next for step in self.steps(denoiser, x)]
+
+    def forward(self, denoiser: Denoiser, x: Tensor) -> Tensor:
+        """Integrate from x at σ_max to σ_min."""
+        for step in self.steps(denoiser, x):
+            x = step.x_next
         return x
 
 
