@@ -227,3 +227,18 @@ def test_shipped_edm_sweeps_load_once_their_files_are_in_place(name: str, tmp_pa
     assert config.resources.use_gpu is True
     protocols = {spec.schedule for spec in config.trials()}
     assert protocols == ({"edm"} if "base_solvers" in name else {"edm", "edm_to_zero"})
+
+
+def test_a_tpe_trial_keeps_its_entrys_schedule():
+    """TPE's per-entry choices rebuild the spec: the entry's σ grid must come with it."""
+    from spanlift.platform.sweep.trial import trial_spec
+
+    config = parse_sweep(
+        {
+            "experiment": "x",
+            "backbone": "gmm",
+            "solvers": [{"name": "dyweight", "nfe": [3], "schedule": "logsnr"}],
+            "search": {"algorithm": "tpe", "num_samples": 1},
+        }
+    )
+    assert trial_spec({"entry": 0, "0.nfe": 3}, config).schedule == "logsnr"
