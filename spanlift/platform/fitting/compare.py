@@ -12,8 +12,15 @@ import torch
 
 from spanlift.backbones import Backbone
 from spanlift.platform.evaluation.sample_grid import save_sample_grid
-from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, fit, on_device, rollout
-from spanlift.platform.fitting.teacher import TeacherSet
+from spanlift.platform.fitting.fit import (
+    FitResult,
+    FitSettings,
+    endpoint_rmse,
+    fit,
+    on_device,
+    rollout,
+)
+from spanlift.platform.fitting.teacher import TeacherSet, teacher_for
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
 from spanlift.solvers.loading import build, is_learnable, on_fitted_base
 
@@ -58,13 +65,28 @@ def fit_spec(
     if spec.key() in fitted:
         solver.load_state_dict(read_checkpoint(fitted[spec.key()])["state"])
     elif is_learnable(solver):
-        seconds += fit(solver, backbone, train, settings, progress=progress).seconds
+        teacher = teacher_for(solver, train, backbone, workdir / "teacher-cache")
+        result = fit(solver, backbone, teacher, settings, progress=progress)
+        seconds += result.seconds
         fitted[spec.key()] = save_solver(
-            workdir / f"{spec.name}-nfe{spec.nfe}-{spec.key()}.pt", solver
+            workdir / f"{spec.name}-nfe{spec.nfe}-{spec.key()}.pt",
+            solver,
+            metadata=fit_record(result, settings),
         )
     if spec.key() in fitted:  # also under the spec asked for, without the added base_checkpoint
         fitted[requested.key()] = fitted[spec.key()]
     return solver, seconds
+
+
+def fit_record(result: FitResult, settings: FitSettings) -> dict:
+    """What a fitted checkpoint keeps of its fit: settings, curves, the kept iteration."""
+    return {
+        "fit": settings.to_dict(),
+        "losses": result.losses,
+        "validation": result.validation,
+        "best_iteration": result.best_iteration,
+        "fit_seconds": result.seconds,
+    }
 
 
 @torch.no_grad()

@@ -3,9 +3,19 @@
     J(S) = E_noise ℓ(Φ_S(x_T), Φ*(x_T))      (the paper, eq. 4)
 
 or, with `target="observed"` (a conditional backbone with observations, e.g. nowcasting),
-J(S) = E ℓ(D(Φ_S(x_T)), y): the decoded endpoint against what was really observed.
+J(S) = E ℓ(D(Φ_S(x_T)), y): the decoded endpoint against what was really observed. A solver that
+declares trajectory supervision (AMED, EPD) is matched at each of its grid points σ_1 … σ_N:
 
-Adam with linear warm-up and cosine decay, gradient-norm clipping, deterministic under a seed.
+    J(S) = E [ 1/(N−1) Σ_{i<N} mean (x_i − x_i*)²  +  ℓ(x_N, x_N*) ]
+
+and one that declares an input slack r (LD3) may move each training noise within a ball:
+x_T' = x_T + δ with ‖δ‖ ≤ r ‖x_T‖, δ learned per training seed (LD3's soft teacher loss).
+
+A fraction `validation` of the teacher set is held out (its last seeds). The loss on it is measured
+before the first iteration and every `validate_every` iterations; the fit ends with the state of
+the lowest validation loss (iteration 0 included, so a solver that starts as its base, like
+SpanLift, never ends worse than its base on held-out seeds). AdamW (`weight_decay`, 0: Adam) with
+linear warm-up and cosine decay, gradient-norm clipping, deterministic under a seed.
 `fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
 torch.distributed is initialised (each rank draws its own batches), hands `report` its metrics
 every `log_every` iterations and its full state every `checkpoint_every` iterations, and continues
@@ -25,7 +35,7 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.platform.fitting.losses import LOSSES, check_loss_options
-from spanlift.platform.fitting.teacher import TeacherSet
+from spanlift.platform.fitting.teacher import TeacherSet, supervision_sigmas
 from spanlift.solvers import Solver
 
 FitState = dict[str, Any]
@@ -55,15 +65,27 @@ class FitSettings:
     loss_options: dict[str, Any] = field(default_factory=dict, hash=False)
     """Keyword arguments of the loss, e.g. `{dinov2_path: /models/dinov2-base, c: 0.1}` for
     `latent`; {} for the losses that take none. (A dict is not hashable: left out of the hash.)"""
+    weight_decay: float = 0.0
+    validation: float = 0.1
+    """Fraction of the teacher set held out to choose the kept state; 0: keep the last state."""
+    validate_every: int = 25
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "batch_size", "log_every", "checkpoint_every"):
+        for name in ("iterations", "batch_size", "log_every", "checkpoint_every", "validate_every"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise SettingsError(
                     f"fit setting {name} must be a positive integer, got {getattr(self, name)!r}"
                 )
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise SettingsError(f"fit setting lr must be a positive number, got {self.lr!r}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise SettingsError(
+                f"fit setting weight_decay must be a number ≥ 0, got {self.weight_decay!r}"
+            )
+        if not 0 <= self.validation < 1:
+            raise SettingsError(
+                f"fit setting validation must be a fraction in [0, 1), got {self.validation!r}"
+            )
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise SettingsError(
                 f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
@@ -105,6 +127,10 @@ class FitSettings:
 class FitResult:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    validation: dict[int, float] = field(default_factory=dict)
+    """Validation loss by iteration (0: before the first update)."""
+    best_iteration: int = 0
+    """The iteration whose state the fit kept (the last one when nothing is held out)."""
 
 
 def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
@@ -143,6 +169,68 @@ def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
     return make_loss(backbone.decode, **options)
 
 
+Objective = Callable[[torch.nn.Module, TeacherSet, torch.Tensor | None], torch.Tensor]
+"""(model, batch of the teacher set, input slack δ or None) → the scalar loss."""
+
+
+def objective(solver: Solver, settings: "FitSettings", backbone: Backbone) -> Objective:
+    """The loss of one batch, for the supervision the solver declares (module docstring)."""
+    loss_fn = endpoint_loss(settings, backbone)
+    trajectory = solver.supervision == "trajectory"
+    if trajectory and settings.target == "observed":
+        raise SettingsError(
+            f"solver {solver.spec.label()} is supervised by the teacher's trajectory; "
+            "fit target 'observed' has none"
+        )
+    sigmas = supervision_sigmas(solver)
+
+    def loss(model: torch.nn.Module, batch: TeacherSet, slack: torch.Tensor | None) -> torch.Tensor:
+        device = solver_device(solver)
+        noise = batch.noise.to(device) + (0 if slack is None else slack)
+        x = backbone.prior(noise)
+        denoiser = conditioned(backbone, on_device(batch.cond, device))
+        if not trajectory:
+            return loss_fn(model(denoiser, x), batch.target(settings.target).to(device))
+        states, targets = model(denoiser, x, trajectory=True), batch.states_at(sigmas).to(device)
+        path = (states[:, :-1] - targets[:, :-1]).square().mean() if len(sigmas) > 1 else 0
+        return path + loss_fn(states[:, -1], targets[:, -1])
+
+    return loss
+
+
+def split_validation(teacher: TeacherSet, fraction: float) -> tuple[TeacherSet, TeacherSet | None]:
+    """(train, validation): the last round(fraction · N) seeds held out (at least one, and at
+    least one left to train on); (teacher, None) for fraction 0."""
+    held = min(max(1, round(fraction * len(teacher))), len(teacher) - 1) if fraction else 0
+    if held < 1:
+        return teacher, None
+    cut = len(teacher) - held
+    return teacher.subset(slice(0, cut)), teacher.subset(slice(cut, None))
+
+
+@torch.no_grad()
+def validation_loss(
+    solver: Solver, loss: Objective, validation: TeacherSet, batch_size: int
+) -> float:
+    """The mean batch loss over the whole validation set (no slack, no DDP)."""
+    total = 0.0
+    for start in range(0, len(validation), batch_size):
+        part = validation.subset(slice(start, start + batch_size))
+        total += loss(solver, part, None).item() * len(part)
+    return total / len(validation)
+
+
+def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in solver.state_dict().items()}
+
+
+def project_slack(slack: torch.Tensor, noise: torch.Tensor, radius: float) -> None:
+    """δ ← δ · min(1, r‖x_T‖ / ‖δ‖) per seed: back into LD3's ball."""
+    norms = slack.flatten(1).norm(dim=1).clamp_min(1e-12)
+    limit = radius * noise.flatten(1).norm(dim=1)
+    slack.mul_((limit / norms).clamp(max=1).view(-1, *[1] * (slack.dim() - 1)))
+
+
 def distributed(solver: Solver) -> torch.nn.Module:
     """DDP around the solver when torch.distributed is initialised (gradients averaged over ranks)."""
     if not torch.distributed.is_initialized():
@@ -170,19 +258,31 @@ def fit(
     progress: bool = True,
     resume: FitState | None = None,
 ) -> FitResult:
-    """Train the solver's trainable parameters to match the teacher's endpoints."""
+    """Train the solver's trainable parameters to match the teacher (module docstring); the
+    solver ends with the state of the lowest validation loss."""
     params = [p for p in solver.parameters() if p.requires_grad]
     if not params:
         raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
     torch.manual_seed(settings.seed)
     batches = torch.Generator().manual_seed(settings.seed + 1000 * rank())
-    loss_fn = endpoint_loss(settings, backbone)
-    targets = teacher.target(settings.target)
-    optimizer = torch.optim.Adam(params, lr=settings.lr)
+    loss = objective(solver, settings, backbone)
+    train, validation = split_validation(teacher, settings.validation)
+    device = solver_device(solver)
+    slack = None
+    groups = [{"params": params}]
+    if solver.input_slack > 0:
+        slack = torch.zeros_like(train.noise, device=device, requires_grad=True)
+        groups.append({"params": [slack], "weight_decay": 0.0})
+    optimizer = torch.optim.AdamW(groups, lr=settings.lr, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_cosine(settings.warmup, settings.iterations)
     )
     result, first = FitResult(), 0
+    best: dict[str, Any] = {
+        "iteration": 0 if validation else settings.iterations,  # no split: the last state
+        "loss": math.inf,
+        "state": None,
+    }
     if resume:
         solver.load_state_dict(resume["solver"])
         optimizer.load_state_dict(resume["optimizer"])
@@ -190,7 +290,16 @@ def fit(
         batches.set_state(resume["batches"])
         result.losses, first = list(resume["losses"]), resume["iteration"]
         result.seconds = resume["seconds"]
-    model, device = distributed(solver), solver_device(solver)
+        result.validation = dict(resume["validation"])
+        best = dict(resume["best"])
+        if slack is not None:
+            slack.data.copy_(resume["slack"])
+    elif validation is not None:
+        best["loss"] = result.validation[0] = validation_loss(
+            solver, loss, validation, settings.batch_size
+        )
+        best["state"] = state_copy(solver)
+    model = distributed(solver)
     start = time.perf_counter() - result.seconds
     bar = tqdm(
         range(first, settings.iterations),
@@ -201,30 +310,41 @@ def fit(
     )
     for iteration in bar:
         index = torch.randint(
-            len(teacher), (min(settings.batch_size, len(teacher)),), generator=batches
+            len(train), (min(settings.batch_size, len(train)),), generator=batches
         )
-        noise, target = teacher.noise[index].to(device), targets[index].to(device)
-        cond = on_device(None if teacher.cond is None else teacher.cond[index], device)
-        loss = loss_fn(rollout(model, backbone, noise, cond), target)
-        if not torch.isfinite(loss):
+        value = loss(model, train.subset(index), None if slack is None else slack[index.to(device)])
+        if not torch.isfinite(value):
             raise TrainingDivergedError(
-                f"fit of {solver.spec.label()} diverged: loss is {loss.item()} at iteration {iteration} "
-                f"(lr={settings.lr}); lower lr or grad_clip"
+                f"fit of {solver.spec.label()} diverged: loss is {value.item()} at iteration "
+                f"{iteration} (lr={settings.lr}); lower lr or grad_clip"
             )
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        value.backward()
+        for p in solver.inactive_parameters(iteration):  # alternating schemes (S4S-Alt)
+            p.grad = None
         torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
         optimizer.step()
         schedule.step()
-        result.losses.append(loss.item())
+        if slack is not None:
+            with torch.no_grad():
+                project_slack(slack, train.noise.to(device), solver.input_slack)
+        result.losses.append(value.item())
         done = iteration + 1
         last = done == settings.iterations
-        if report and (
-            iteration % settings.log_every == 0 or done % settings.checkpoint_every == 0 or last
-        ):
-            bar.set_postfix(loss=f"{loss.item():.3g}")
+        metrics = {"iteration": done, "loss": value.item(), "lr": schedule.get_last_lr()[0]}
+        if validation is not None and (done % settings.validate_every == 0 or last):
+            metrics["val_loss"] = result.validation[done] = validation_loss(
+                solver, loss, validation, settings.batch_size
+            )
+            if metrics["val_loss"] < best["loss"]:
+                best = {"iteration": done, "loss": metrics["val_loss"], "state": state_copy(solver)}
+        if last and best["state"] is not None:
+            solver.load_state_dict(best["state"])  # the kept state is what the last report saves
+        bar.set_postfix(loss=f"{value.item():.3g}")
+        checkpoint = done % settings.checkpoint_every == 0 or last
+        if report and (iteration % settings.log_every == 0 or checkpoint):
             state = None
-            if done % settings.checkpoint_every == 0 or last:
+            if checkpoint:
                 state = {
                     "iteration": done,
                     "solver": solver.state_dict(),
@@ -233,14 +353,17 @@ def fit(
                     "batches": batches.get_state(),
                     "losses": result.losses,
                     "seconds": time.perf_counter() - start,
+                    "validation": result.validation,
+                    "best": best,
+                    "slack": None if slack is None else slack.detach().cpu(),
                 }
-            metrics = {"iteration": done, "loss": loss.item(), "lr": schedule.get_last_lr()[0]}
-            report(metrics, state)
+            report({**metrics, "best_iteration": best["iteration"]}, state)
     if not all(torch.isfinite(p).all() for p in params):
         raise TrainingDivergedError(
             f"fit of {solver.spec.label()} left non-finite parameters; lower lr"
         )
     result.seconds = time.perf_counter() - start
+    result.best_iteration = best["iteration"]
     return result
 
 

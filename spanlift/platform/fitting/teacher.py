@@ -8,6 +8,11 @@ SHA-256; loading verifies them. Entries are written to a temporary folder and re
 never leaves a partial entry. A conditional backbone's conditioning of each seed (past radar frames)
 is stored beside its noise, and so are its observations (the frames that really followed), the
 target of fits supervised by what was observed instead of by the teacher.
+
+Trajectory-supervised solvers (AMED, EPD) match the teacher at their own grid σ_1 … σ_N too. An
+entry may therefore also hold the teacher's states at requested σ values: the teacher then runs on
+the union of its own grid and the requested σ (so it passes through each of them exactly; an
+iPNDM teacher spends one more evaluation per added point), and the requested σ enter the key.
 """
 
 import hashlib
@@ -16,7 +21,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,15 +35,16 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import CacheError, SettingsError
 from spanlift.files import file_sha256
-from spanlift.solvers import SolverSpec, build_solver
+from spanlift.solvers import SOLVERS, Solver, SolverSpec, build_solver
 
 FORMAT = "spanlift-teacher/2"
 DEFAULT_TEACHER = SolverSpec("ipndm", nfe=35, schedule="edm", settings={"order": 4})
 SHARD_ROWS = 1024
 
 
-OPTIONAL = ("cond", "observed")
-"""Columns only conditional backbones have: conditioning and observations, one row per seed."""
+OPTIONAL = ("cond", "observed", "states")
+"""Columns only some entries have: conditioning and observations (conditional backbones), and
+the teacher's states at requested σ (trajectory entries), one row per seed."""
 
 
 @dataclass
@@ -52,6 +58,10 @@ class TeacherSet:
     key: str = ""
     cond: Tensor | None = None
     observed: Tensor | None = None
+    states: Tensor | None = None
+    """(N, S, *shape): the teacher's state at each of `state_sigmas` (trajectory entries)."""
+    state_sigmas: tuple[float, ...] = ()
+    teacher: SolverSpec = DEFAULT_TEACHER
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -60,14 +70,28 @@ class TeacherSet:
         def part(t: Tensor | None) -> Tensor | None:
             return None if t is None else t[index]
 
-        return TeacherSet(
-            self.seeds[index],
-            self.noise[index],
-            self.endpoints[index],
-            self.key,
-            part(self.cond),
-            part(self.observed),
+        return replace(
+            self,
+            seeds=self.seeds[index],
+            noise=self.noise[index],
+            endpoints=self.endpoints[index],
+            cond=part(self.cond),
+            observed=part(self.observed),
+            states=part(self.states),
         )
+
+    def states_at(self, sigmas: Sequence[float]) -> Tensor:
+        """(N, S, *shape) teacher states at `sigmas` (the last may be the endpoint's σ_min)."""
+        stored = {round(s, SIGMA_DIGITS): j for j, s in enumerate(self.state_sigmas)}
+        missing = [s for s in sigmas if round(float(s), SIGMA_DIGITS) not in stored]
+        if self.states is None or missing:
+            have = ", ".join(f"{s:.6g}" for s in self.state_sigmas) or "none"
+            raise CacheError(
+                f"teacher set {self.key or '(unsaved)'} has no states at σ = "
+                f"{', '.join(f'{float(s):.6g}' for s in missing or sigmas)} (it has: {have}); "
+                "generate a trajectory entry for this solver's grid (`trajectory_teacher`)"
+            )
+        return self.states[:, [stored[round(float(s), SIGMA_DIGITS)] for s in sigmas]]
 
     def target(self, supervision: str) -> Tensor:
         """What a fit matches: the teacher's endpoints, or the observations ("observed")."""
@@ -88,18 +112,58 @@ def seed_noise(seeds: Sequence[int], shape: Sequence[int]) -> Tensor:
     )
 
 
-def teacher_key(backbone: Backbone, teacher: SolverSpec, seeds: Sequence[int]) -> str:
+SIGMA_DIGITS = 9
+"""Requested σ are matched and hashed rounded to this many decimals."""
+
+
+def requested_sigmas(sigmas: Sequence[float] | Tensor) -> tuple[float, ...]:
+    """The σ a trajectory entry stores: rounded, each once, in decreasing order."""
+    return tuple(sorted({round(float(s), SIGMA_DIGITS) for s in sigmas}, reverse=True))
+
+
+def teacher_key(
+    backbone: Backbone,
+    teacher: SolverSpec,
+    seeds: Sequence[int],
+    state_sigmas: Sequence[float] = (),
+) -> str:
     seed_digest = hashlib.sha256(np.asarray(seeds, dtype=np.int64).tobytes()).hexdigest()
-    content = json.dumps(
-        {
-            "format": FORMAT,
-            "backbone": backbone.identity(),
-            "teacher": teacher.to_dict(),
-            "seeds": seed_digest,
-        },
-        sort_keys=True,
+    content = {
+        "format": FORMAT,
+        "backbone": backbone.identity(),
+        "teacher": teacher.to_dict(),
+        "seeds": seed_digest,
+    }
+    if state_sigmas:  # endpoint-only entries keep their keys
+        content["state_sigmas"] = list(requested_sigmas(state_sigmas))
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def teacher_solver(
+    backbone: Backbone, teacher: SolverSpec, state_sigmas: Sequence[float] = ()
+) -> tuple[Solver, list[int]]:
+    """The teacher solver, on its own grid merged with `state_sigmas`, and the grid indices of
+    the requested σ. A σ outside the teacher's [σ_end, σ_max] cannot be served."""
+    solver = build_solver(teacher, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+    if not state_sigmas:
+        return solver, []
+    wanted = requested_sigmas(state_sigmas)
+    own = solver.sigmas
+    low, high = float(own[-1]), float(own[0])
+    outside = [s for s in wanted if not low - 1e-9 <= s <= high + 1e-9]
+    if outside:
+        raise CacheError(
+            f"the teacher {teacher.label()} runs from σ = {high:.6g} to {low:.6g}; it cannot "
+            f"give states at σ = {', '.join(f'{s:.6g}' for s in outside)}"
+        )
+    own_rounded = {round(s, SIGMA_DIGITS) for s in own.tolist()}
+    grid = sorted([*own.tolist(), *(s for s in wanted if s not in own_rounded)], reverse=True)
+    merged = SOLVERS.get(teacher.name).build(
+        torch.tensor(grid, dtype=torch.float64), backbone.shape[0], **teacher.settings
     )
-    return hashlib.sha256(content.encode()).hexdigest()[:24]
+    merged.spec = teacher
+    position = {round(s, SIGMA_DIGITS): j for j, s in enumerate(grid)}
+    return merged, [position[s] for s in wanted]
 
 
 @torch.no_grad()
@@ -110,21 +174,26 @@ def generate_teacher(
     batch_size: int = 256,
     progress: bool = True,
     device: str | torch.device = "cpu",
+    state_sigmas: Sequence[float] = (),
 ) -> TeacherSet:
-    """Run the teacher solver from every seed's noise on `device`; returns CPU float32 tensors."""
+    """Run the teacher solver from every seed's noise on `device`; returns CPU float32 tensors.
+    With `state_sigmas`, also the teacher's states there (see the module docstring)."""
     backbone = backbone.to(device)
-    solver = build_solver(teacher, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+    solver, picks = teacher_solver(backbone, teacher, state_sigmas)
     solver = solver.to(device)
-    noise, endpoints = seed_noise(seeds, backbone.shape), []
+    noise, endpoints, states = seed_noise(seeds, backbone.shape), [], []
     cond, observed = backbone.conditioning(seeds), backbone.observations(seeds)
     bar = tqdm(
-        total=len(seeds), desc=f"teacher {teacher.label()} nfe={teacher.nfe}", disable=not progress
+        total=len(seeds), desc=f"teacher {teacher.label()} nfe={solver.nfe}", disable=not progress
     )
     for start in range(0, len(seeds), batch_size):
         batch = noise[start : start + batch_size].to(device)
         batch_cond = None if cond is None else cond[start : start + batch_size].to(device)
         denoiser = conditioned(backbone, batch_cond)
-        endpoints.append(solver(denoiser, backbone.prior(batch)).cpu())
+        path = [backbone.prior(batch), *solver.trajectory(denoiser, backbone.prior(batch))]
+        endpoints.append(path[-1].cpu())
+        if picks:
+            states.append(torch.stack([path[j] for j in picks], dim=1).cpu())
         bar.update(len(batch))
     bar.close()
     seeds_t = torch.as_tensor(list(seeds), dtype=torch.int64)
@@ -132,9 +201,12 @@ def generate_teacher(
         seeds_t,
         noise,
         torch.cat(endpoints).float(),
-        teacher_key(backbone, teacher, seeds),
+        teacher_key(backbone, teacher, seeds, state_sigmas),
         None if cond is None else cond.float(),
         None if observed is None else observed.float(),
+        torch.cat(states).float() if picks else None,
+        requested_sigmas(state_sigmas),
+        teacher,
     )
 
 
@@ -179,6 +251,7 @@ def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
             "shape": shape,
             "shapes": shapes,
             "files": files,
+            "state_sigmas": list(teacher.state_sigmas),
         }
         (tmp / "manifest.json").write_text(json.dumps({**manifest, **metadata}, indent=2))
         try:
@@ -218,6 +291,7 @@ def read_teacher(folder: Path) -> TeacherSet:
             values = table[col].combine_chunks().flatten().to_numpy()
             columns[col].append(torch.from_numpy(values.copy()).reshape(-1, *col_shape))
     whole = {name: torch.cat(parts) for name, parts in columns.items()}
+    spec = manifest.get("teacher")
     return TeacherSet(
         whole["seed"],
         whole["noise"],
@@ -225,14 +299,21 @@ def read_teacher(folder: Path) -> TeacherSet:
         manifest["key"],
         whole.get("cond"),
         whole.get("observed"),
+        whole.get("states"),
+        tuple(manifest.get("state_sigmas", ())),
+        SolverSpec.from_dict(spec) if spec else DEFAULT_TEACHER,
     )
 
 
 def teacher_folder(
-    cache_dir: Path, backbone: Backbone, teacher: SolverSpec, seeds: Sequence[int]
+    cache_dir: Path,
+    backbone: Backbone,
+    teacher: SolverSpec,
+    seeds: Sequence[int],
+    state_sigmas: Sequence[float] = (),
 ) -> Path:
-    """Where the cache entry of (backbone, teacher, seeds) lives."""
-    return Path(cache_dir) / f"teacher-{teacher_key(backbone, teacher, seeds)}"
+    """Where the cache entry of (backbone, teacher, seeds, requested states) lives."""
+    return Path(cache_dir) / f"teacher-{teacher_key(backbone, teacher, seeds, state_sigmas)}"
 
 
 def cache_metadata(backbone: Backbone, teacher: SolverSpec) -> dict:
@@ -245,11 +326,37 @@ def load_or_generate(
     seeds: Sequence[int],
     teacher: SolverSpec = DEFAULT_TEACHER,
     progress: bool = True,
+    state_sigmas: Sequence[float] = (),
 ) -> TeacherSet:
-    """The cached teacher set for (backbone, teacher, seeds), generating and caching it if absent."""
-    folder = teacher_folder(cache_dir, backbone, teacher, seeds)
+    """The cached teacher set for (backbone, teacher, seeds[, states at σ]), generating and
+    caching it if absent."""
+    folder = teacher_folder(cache_dir, backbone, teacher, seeds, state_sigmas)
     if folder.exists():
         return read_teacher(folder)
-    result = generate_teacher(backbone, seeds, teacher, progress=progress)
+    result = generate_teacher(
+        backbone, seeds, teacher, progress=progress, state_sigmas=state_sigmas
+    )
     write_teacher(folder, result, cache_metadata(backbone, teacher))
     return result
+
+
+def supervision_sigmas(solver: Solver) -> tuple[float, ...]:
+    """The σ at which a solver is matched to the teacher: its grid σ_1 … σ_N when it declares
+    trajectory supervision; none (the endpoint only) otherwise."""
+    if solver.supervision != "trajectory":
+        return ()
+    return requested_sigmas(solver.sigmas[1:])
+
+
+def teacher_for(
+    solver: Solver, teacher: TeacherSet, backbone: Backbone, cache_dir: Path | None = None
+) -> TeacherSet:
+    """`teacher`, or for a trajectory-supervised solver the same seeds' teacher entry with the
+    states at the solver's grid (from `cache_dir` when given, else generated in memory)."""
+    sigmas = supervision_sigmas(solver)
+    if not sigmas or set(sigmas) <= set(teacher.state_sigmas):
+        return teacher
+    seeds = teacher.seeds.tolist()
+    if cache_dir is None:
+        return generate_teacher(backbone, seeds, teacher.teacher, state_sigmas=sigmas)
+    return load_or_generate(cache_dir, backbone, seeds, teacher.teacher, state_sigmas=sigmas)

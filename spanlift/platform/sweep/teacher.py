@@ -3,10 +3,12 @@
 The seeds are cut into chunks; each Ray task loads the backbone and runs the teacher solver on its
 chunk (on a GPU when the task was given one). The driver gathers the endpoints under a progress
 bar and writes the usual verified cache entry under the sweep's storage path. Trials only read it.
+Trajectory-supervised solvers of the grid (AMED, EPD) also get an entry of the training seeds with
+the teacher's states at their grid σ, one per distinct grid, made the same way.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,14 @@ import torch
 from tqdm import tqdm
 
 from spanlift.backbones import Backbone, load_backbone
+from spanlift.errors import CacheError
 from spanlift.platform.fitting.teacher import (
     TeacherSet,
     cache_metadata,
     generate_teacher,
+    requested_sigmas,
     seed_noise,
+    supervision_sigmas,
     teacher_folder,
     teacher_key,
     write_teacher,
@@ -28,6 +33,7 @@ from spanlift.platform.fitting.teacher import (
 from spanlift.platform.sweep.config import SweepConfig
 from spanlift.seeds import TEST_SEED_OFFSET
 from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import build
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,19 @@ class SweepTeachers:
     train: Path
     test: Path
     generated: int
-    """Teacher generation passes this call ran: 1, or 0 when both entries were cached."""
+    """Teacher generation passes this call ran: 1, or 0 when every entry was cached."""
+    trajectories: dict[tuple[float, ...], Path] = field(default_factory=dict)
+    """Training-seed entries with the teacher's states, by the σ they hold."""
+
+    def for_solver(self, sigmas: tuple[float, ...]) -> Path:
+        """The training entry a solver supervised at `sigmas` (none: the endpoint) fits on."""
+        if not sigmas:
+            return self.train
+        if sigmas not in self.trajectories:
+            raise CacheError(
+                f"the sweep prepared no teacher states at σ = {', '.join(map(str, sigmas))}"
+            )
+        return self.trajectories[sigmas]
 
 
 def sweep_seeds(config: SweepConfig) -> tuple[range, range]:
@@ -45,44 +63,72 @@ def sweep_seeds(config: SweepConfig) -> tuple[range, range]:
 
 @ray.remote(max_retries=2)
 def teacher_chunk(
-    backbone: str, options: dict[str, Any], teacher: dict[str, Any], seeds: Sequence[int]
-) -> np.ndarray:
-    """Teacher endpoints for one chunk of seeds (a Ray task)."""
+    backbone: str,
+    options: dict[str, Any],
+    teacher: dict[str, Any],
+    seeds: Sequence[int],
+    state_sigmas: tuple[float, ...] = (),
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Teacher endpoints (and states at `state_sigmas`) for one chunk of seeds (a Ray task)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_backbone(backbone, **options)
     part = generate_teacher(
-        model, seeds, SolverSpec.from_dict(teacher), progress=False, device=device
+        model,
+        seeds,
+        SolverSpec.from_dict(teacher),
+        progress=False,
+        device=device,
+        state_sigmas=state_sigmas,
     )
-    return part.endpoints.numpy()
+    return part.endpoints.numpy(), None if part.states is None else part.states.numpy()
 
 
 def generate_parallel(
-    config: SweepConfig, backbone: Backbone, seeds: Sequence[int], chunks: int, gpus: float
+    config: SweepConfig,
+    backbone: Backbone,
+    seeds: Sequence[int],
+    chunks: int,
+    gpus: float,
+    state_sigmas: tuple[float, ...] = (),
 ) -> TeacherSet:
     teacher = config.teacher.solver
     pieces = [list(c) for c in np.array_split(np.asarray(seeds), chunks) if len(c)]
     task = teacher_chunk.options(num_cpus=1, num_gpus=gpus)
     refs = [
-        task.remote(config.backbone, config.backbone_options, teacher.to_dict(), piece)
+        task.remote(
+            config.backbone, config.backbone_options, teacher.to_dict(), piece, state_sigmas
+        )
         for piece in pieces
     ]
     order = {ref: i for i, ref in enumerate(refs)}
-    endpoints: list[np.ndarray | None] = [None] * len(refs)
+    parts: list[tuple[np.ndarray, np.ndarray | None]] = [None] * len(refs)  # type: ignore[list-item]
     pending = list(refs)
-    with tqdm(total=len(seeds), desc=f"teacher {teacher.label()} nfe={teacher.nfe}") as bar:
+    what = f"teacher {teacher.label()} nfe={teacher.nfe}" + (
+        " (trajectory)" if state_sigmas else ""
+    )
+    with tqdm(total=len(seeds), desc=what) as bar:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            endpoints[order[done[0]]] = ray.get(done[0])
+            parts[order[done[0]]] = ray.get(done[0])
             bar.update(len(pieces[order[done[0]]]))
     cond, observed = backbone.conditioning(seeds), backbone.observations(seeds)
+    endpoints, states = zip(*parts, strict=True)
     return TeacherSet(
         torch.as_tensor(list(seeds), dtype=torch.int64),
         seed_noise(seeds, backbone.shape),
-        torch.from_numpy(np.concatenate(endpoints)),  # type: ignore[arg-type]
-        teacher_key(backbone, teacher, seeds),
+        torch.from_numpy(np.concatenate(endpoints)),
+        teacher_key(backbone, teacher, seeds, state_sigmas),
         None if cond is None else cond.float(),
         None if observed is None else observed.float(),
+        torch.from_numpy(np.concatenate(states)) if state_sigmas else None,
+        requested_sigmas(state_sigmas),
+        teacher,
     )
+
+
+def trajectory_requests(config: SweepConfig, backbone: Backbone) -> set[tuple[float, ...]]:
+    """The distinct σ grids at which the sweep's trajectory-supervised solvers are matched."""
+    return {s for spec in config.trials() if (s := supervision_sigmas(build(spec, backbone)))}
 
 
 def prepare_teachers(config: SweepConfig, cache_dir: Path) -> SweepTeachers:
@@ -96,18 +142,33 @@ def prepare_teachers(config: SweepConfig, cache_dir: Path) -> SweepTeachers:
         for seeds in sweep_seeds(config)
     }
     missing = {folder: seeds for folder, seeds in entries.items() if not folder.exists()}
-    if missing:
-        resources = ray.cluster_resources()
-        workers = int(resources.get("GPU", 0)) or int(resources.get("CPU", 1))
-        seeds = [s for part in missing.values() for s in part]
+    resources = ray.cluster_resources()
+    workers = int(resources.get("GPU", 0)) or int(resources.get("CPU", 1))
+    gpus = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
+
+    def generate(seeds: list[int], state_sigmas: tuple[float, ...] = ()) -> TeacherSet:
         chunks = max(1, min(len(seeds) // 64, 2 * workers))
-        gpus = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
-        result = generate_parallel(config, backbone, seeds, chunks, gpus)
+        return generate_parallel(config, backbone, seeds, chunks, gpus, state_sigmas)
+
+    if missing:
+        result = generate([s for part in missing.values() for s in part])
         start = 0
         for folder, part in missing.items():
             piece = result.subset(slice(start, start + len(part)))
             piece.key = teacher_key(backbone, teacher.solver, part)
             write_teacher(folder, piece, cache_metadata(backbone, teacher.solver))
             start += len(part)
+    train_seeds = sweep_seeds(config)[0]
+    trajectories = {}
+    for sigmas in sorted(trajectory_requests(config, backbone)):
+        folder = teacher_folder(cache_dir, backbone, teacher.solver, train_seeds, sigmas)
+        if not folder.exists():
+            missing[folder] = train_seeds
+            write_teacher(
+                folder,
+                generate(list(train_seeds), sigmas),
+                cache_metadata(backbone, teacher.solver),
+            )
+        trajectories[sigmas] = folder
     train, test = entries
-    return SweepTeachers(train, test, generated=int(bool(missing)))
+    return SweepTeachers(train, test, generated=int(bool(missing)), trajectories=trajectories)

@@ -56,7 +56,12 @@ def fit_worker(config: dict[str, Any]) -> None:
             return
         with tempfile.TemporaryDirectory() as folder:
             torch.save(state, Path(folder) / STATE_FILE)
-            history = {"losses": state["losses"], "fit_seconds": state["seconds"]}
+            history = {
+                "losses": state["losses"],
+                "fit_seconds": state["seconds"],
+                "validation": state["validation"],
+                "best_iteration": state["best"]["iteration"],
+            }
             save_solver(Path(folder) / SOLVER_FILE, solver, metadata=history)
             ray.train.report(
                 {**metrics, "fit_seconds": state["seconds"]},

@@ -37,6 +37,7 @@ from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_grid import save_sample_grid
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
+from spanlift.platform.fitting.teacher import supervision_sigmas
 from spanlift.platform.sweep.config import SolverEntry, SweepConfig
 from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
 from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
@@ -86,7 +87,7 @@ def trial_entry(params: dict[str, Any], config: SweepConfig) -> tuple[SolverEntr
     entry = config.solvers[index]
     searched = {k: params[f"{index}.{k}"] for k in entry.search}
     spec = SolverSpec(
-        entry.name, int(params[f"{index}.nfe"]), "edm", {**entry.settings, **searched}
+        entry.name, int(params[f"{index}.nfe"]), entry.schedule, {**entry.settings, **searched}
     )
     return entry, spec
 
@@ -207,7 +208,7 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
                 metrics,
                 [grid, *diagnostics, *scores, *([fitted.path] if fitted.path else [])],
                 extra_params,
-                histories={"loss": fitted.losses} if fitted.losses else None,
+                histories=fitted.histories(),
             )
     except TrainingDivergedError as exc:
         runs.fail(run_id, str(exc))  # final: a retry reports the same failure without refitting
@@ -231,9 +232,30 @@ class Fitted:
     seconds: float = 0.0  # fit compute in this trial, base included; 0 when taken from the cache
     resumed_from: int = 0  # iteration the last (re)start continued from; 0: a fresh fit
     losses: tuple[float, ...] = ()  # the loss at each iteration of the (last) fit
+    validation: dict[int, float] = field(default_factory=dict)  # held-out loss by iteration
+    best_iteration: int | None = None  # the iteration whose state was kept
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, seconds: float = 0.0, resumed_from: int = 0) -> "Fitted":
+        """A fitted solver's record, its curves read from the checkpoint's metadata."""
+        metadata = read_checkpoint(path)["metadata"]
+        return cls(
+            path,
+            seconds,
+            resumed_from,
+            tuple(metadata.get("losses", [])),
+            dict(metadata.get("validation", {})),
+            metadata.get("best_iteration"),
+        )
 
     def metrics(self) -> dict[str, float]:
-        return {"fit_seconds": self.seconds, "fit_resumed_from": float(self.resumed_from)}
+        kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
+        return {"fit_seconds": self.seconds, "fit_resumed_from": float(self.resumed_from), **kept}
+
+    def histories(self) -> dict[str, Any] | None:
+        """The train loss per iteration and the validation loss where it was measured."""
+        curves = {"loss": self.losses, "val_loss": self.validation}
+        return {name: values for name, values in curves.items() if values} or None
 
 
 def fitted_path(spec: SolverSpec, context: SweepContext, version: str | None = None) -> Path:
@@ -267,10 +289,17 @@ def fitted_checkpoint(spec: SolverSpec, context: SweepContext, backbone: Backbon
         return Fitted(seconds=base_seconds)
     cached = cached_fit(spec, context)
     if cached is not None:
-        losses = read_checkpoint(cached)["metadata"].get("losses", [])
-        return Fitted(cached, base_seconds, losses=tuple(losses))
+        return Fitted.from_checkpoint(cached, base_seconds)
     fitted = fit_on_ray_train(spec, context, fitted_path(spec, context))
-    return Fitted(fitted.path, base_seconds + fitted.seconds, fitted.resumed_from, fitted.losses)
+    return replace(fitted, seconds=base_seconds + fitted.seconds)
+
+
+def teacher_entry(spec: SolverSpec, context: SweepContext) -> Path:
+    """The training teacher entry `spec` fits on: with the teacher's states at its grid when it
+    is trajectory-supervised."""
+    return context.teachers.for_solver(
+        supervision_sigmas(load_solver(spec, None, context.backbone()))
+    )
 
 
 def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> Fitted:
@@ -280,7 +309,7 @@ def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> Fitt
     trainer = TorchTrainer(
         fit_worker,
         train_loop_config=fit_loop_config(
-            spec, config.backbone, config.backbone_options, context.teachers.train, config.fit
+            spec, config.backbone, config.backbone_options, teacher_entry(spec, context), config.fit
         ),
         scaling_config=ScalingConfig(
             num_workers=resources.workers,
@@ -300,10 +329,8 @@ def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> Fitt
         raise TrainingDivergedError(result.metrics["diverged"])
     with result.checkpoint.as_directory() as folder, atomic_write(out) as partial:
         shutil.copyfile(Path(folder) / SOLVER_FILE, partial)
-    losses = tuple(read_checkpoint(out)["metadata"].get("losses", []))
-    return Fitted(
-        out, float(result.metrics["fit_seconds"]), int(result.metrics["resumed_from"]), losses
-    )
+    metrics = result.metrics
+    return Fitted.from_checkpoint(out, float(metrics["fit_seconds"]), int(metrics["resumed_from"]))
 
 
 def trial_diagnostics(

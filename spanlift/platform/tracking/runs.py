@@ -10,6 +10,7 @@ MLflow's UI opens them on the runs table; runs carry MLflow's source tags (comma
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,10 +175,11 @@ class ConfigurationRuns:
         metrics: dict[str, float],
         artifacts: list[Path],
         params: dict[str, Any] | None = None,
-        histories: dict[str, list[float]] | None = None,
+        histories: dict[str, Sequence[float] | dict[int, float]] | None = None,
     ) -> None:
         """Log final metrics, params known only after evaluation, artifacts, and metric
-        histories (value i at step i, e.g. the fit's loss per iteration); mark FINISHED."""
+        histories (a list: value i at step i, e.g. the fit's loss per iteration; a mapping:
+        step → value, e.g. the validation loss every few iterations); mark FINISHED."""
         timestamp = int(1000 * time.time())
         self.client.log_batch(
             run_id,
@@ -185,10 +187,14 @@ class ConfigurationRuns:
             params=[Param(k, str(v)) for k, v in (params or {}).items()],
         )
         for name, values in (histories or {}).items():
-            for start in range(0, len(values), 1000):  # MLflow takes 1 000 metrics a batch
-                steps = enumerate(values[start : start + 1000], start=start)
+            points = sorted(values.items() if isinstance(values, dict) else enumerate(values))
+            for start in range(0, len(points), 1000):  # MLflow takes 1 000 metrics a batch
                 self.client.log_batch(
-                    run_id, metrics=[Metric(name, float(v), timestamp, i) for i, v in steps]
+                    run_id,
+                    metrics=[
+                        Metric(name, float(v), timestamp, int(i))
+                        for i, v in points[start : start + 1000]
+                    ],
                 )
         for path in artifacts:
             self.client.log_artifact(run_id, str(path))
