@@ -12,18 +12,22 @@ from .conftest import noise_like
 def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
     if name == "heun":  # 2N − 1 evaluations, 2N − 2 with AFS
         return (2, 4, 6) if afs else (3, 5, 7)
+    if name in ("amed", "amed_plugin", "epd", "epd_plugin"):  # 2N evaluations, 2N − 1 with AFS
+        return (1, 3, 5, 7) if afs else (2, 4, 6, 8)
     return (2, 3, 4, 6, 8)
 
 
 def cases():
     for name in SOLVERS.names():
-        if name == "spanlift":
+        if name in ("spanlift", "ld3"):
             continue
         orders = {
             "ipndm": [1, 2, 3, 4],
             "dyweight": [1, 3],
             "dpm_solver_pp": [2, 3],
             "unipc": [1, 2, 3],
+            "s4s_alt": [1, 2, 3, 4],
+            "dlms": [1, 2, 3, 4],
         }
         for afs in (False, True):
             for order in orders.get(name, [None]):
@@ -34,6 +38,10 @@ def cases():
         for afs in (False, True):
             nfe = 5 if base == "heun" and not afs else 4
             yield "spanlift", nfe, {"base": base, "base_settings": {"afs": afs}, "hidden_dim": 8}
+    for base in ("euler", "heun", "ipndm", "dyweight", "dpm_solver_pp", "dlms"):
+        for afs in (False, True):
+            nfe = 5 if base == "heun" and not afs else 4
+            yield "ld3", nfe, {"base": base, "base_settings": {"afs": afs}}
 
 
 @pytest.mark.parametrize(("name", "nfe", "settings"), list(cases()))
@@ -67,3 +75,11 @@ def test_afs_saves_one_evaluation_per_rollout(gmm):
 def test_unreachable_nfe_is_a_clear_error(gmm, name, nfe, settings):
     with pytest.raises(UnreachableNFEError, match=str(nfe)):
         build_solver(SolverSpec(name, nfe, "edm", settings), gmm.sigma_min, gmm.sigma_max, 1)
+
+
+def test_a_solver_whose_grid_changes_its_spend_is_refused_not_mislabelled():
+    """AMED's last step to σ = 0 (edm_to_zero) is one evaluation, not two: 4 steps spend 7.
+    A spec asking for 8 must fail rather than be recorded as NFE 8."""
+    with pytest.raises(UnreachableNFEError, match="cannot spend exactly nfe=8"):
+        build_solver(SolverSpec("amed", 8, "edm_to_zero"), 0.002, 80.0, 1)
+    assert build_solver(SolverSpec("amed", 7, "edm_to_zero"), 0.002, 80.0, 1).nfe == 7

@@ -80,3 +80,43 @@ def test_trained_operator_leaves_the_span(gmm):
 def test_bad_settings_name_the_value(gmm, settings, error, shown):
     with pytest.raises(error, match=shown):
         build(gmm, "spanlift", **settings)
+
+
+def test_operator_input_stays_on_the_solver_device(gmm):
+    """ξ_i is built on the grid's device: on CUDA a CPU t_i would make `torch.stack` mix devices.
+    The `meta` device stands in for CUDA here (a CPU tensor mixed in fails there too)."""
+    solver = build(gmm, "spanlift", base="ipndm", hidden_dim=8).to("meta")
+    x = torch.empty(2, *gmm.shape, device="meta")
+    history = [solver.evaluate_at(lambda x, sigma: x, x, solver.sigma(0, x))]
+    features, xi = solver.operator_input(0, x, history)
+    assert features.device == xi.device == x.device
+    assert xi.shape == (3,) and xi.dtype == x.dtype
+
+
+@pytest.mark.parametrize(
+    ("base", "base_settings"), [("s4s_alt", {"order": 3}), ("ld3", {"base": "ipndm"})]
+)
+def test_spanlift_steps_on_its_base_learned_grid(gmm, base, base_settings):
+    """On a base with a learned grid (moved away from the schedule) SpanLift at β = 0 is that
+    base, not a SpanLift over the fixed grid; its features ξ read the moved grid too."""
+    lifted = build(gmm, "spanlift", nfe=4, base=base, base_settings=base_settings, hidden_dim=8)
+    grid = lifted.base.grid if base == "s4s_alt" else lifted.base.base.grid
+    noise = torch.randn(grid.logits.shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        grid.logits.add_(0.5 * noise.to(grid.logits.dtype))
+    moved = grid().detach()
+    assert not torch.allclose(moved, lifted.sigmas), "the perturbation must move the grid"
+    fixed = build(gmm, "spanlift", nfe=4, base=base, base_settings=base_settings, hidden_dim=8)
+    x = gmm.prior(noise_like(gmm, 4))
+    with torch.no_grad():
+        on_moved = lifted(gmm.denoise, x)
+        assert torch.equal(on_moved, lifted.base(gmm.denoise, x))
+        assert not torch.allclose(on_moved, fixed(gmm.denoise, x))
+    for i in range(lifted.num_steps):
+        assert lifted.sigma(i, moved) == moved[i]
+        _, xi = lifted.operator_input(i, x, [])
+        lam, lam_next = -2 * moved[i].log(), -2 * moved[i + 1].log()
+        expected = torch.stack(
+            [torch.tensor(i / lifted.num_steps).double(), lam / 10, (lam_next - lam) / 10]
+        )
+        torch.testing.assert_close(xi, expected.float())

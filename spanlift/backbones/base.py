@@ -77,10 +77,21 @@ class Backbone(nn.Module, ABC):
 
 
 def conditioned(backbone: Backbone, cond: Tensor | None) -> Callable[[Tensor, Tensor], Tensor]:
-    """D(·, ·, cond) as the two-argument denoiser every solver calls."""
+    """D(·, ·, cond) as the two-argument denoiser every solver calls. A call on k stacked copies
+    of the batch (EPD's parallel points: [all samples at point 1, all at point 2, …]) gets the
+    conditioning repeated k times in the same order."""
     if cond is None:
         return backbone.denoise
-    return lambda x, sigma: backbone.denoise(x, sigma, cond)
+    return lambda x, sigma: backbone.denoise(x, sigma, repeat_rows(cond, len(x)))
+
+
+def repeat_rows(cond: Tensor, rows: int) -> Tensor:
+    """`cond` stacked whole rows // len(cond) times along dim 0 (once when the sizes agree)."""
+    if rows == len(cond):
+        return cond
+    if rows % len(cond):
+        raise ValueError(f"a batch of {rows} rows cannot take conditioning of {len(cond)} rows")
+    return cond.repeat(rows // len(cond), *[1] * (cond.dim() - 1))
 
 
 def sigma_as_batch(sigma: Tensor | float, x: Tensor) -> Tensor:

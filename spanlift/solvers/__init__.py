@@ -3,7 +3,20 @@
 Importing this package registers every solver; look them up with `SOLVERS.get(name)`.
 """
 
-from spanlift.solvers import dpm_solver_pp, dyweight, euler, heun, ipndm, spanlift, unipc  # noqa: F401
+from spanlift.solvers import (  # noqa: F401
+    amed,
+    dlms,
+    dpm_solver_pp,
+    dyweight,
+    epd,
+    euler,
+    heun,
+    ipndm,
+    ld3,
+    s4s_alt,
+    spanlift,
+    unipc,
+)
 from spanlift.solvers.base import NFECounter, Point, Solver
 from spanlift.solvers.checkpoint import read_checkpoint, save_solver
 from spanlift.solvers.registry import SOLVERS

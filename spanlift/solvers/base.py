@@ -57,6 +57,10 @@ class Solver(nn.Module):
     `buffer_size` is how many points of history the direction reads (K). `supervision` is what a
     fit matches it against (see SUPERVISIONS); `input_slack` > 0 lets a fit move each training
     noise within a ball of that relative radius (LD3's soft teacher loss).
+
+    `grid` is an optional learned grid: a module whose call returns σ_0 … σ_N (differentiable).
+    When one is attached (LD3 on its base, S4S-Alt on itself) `sigma(i)` reads it instead of the
+    fixed `sigmas` buffer, which then keeps only the initial grid (its ends and its step count).
     """
 
     name: ClassVar[str]
@@ -67,6 +71,7 @@ class Solver(nn.Module):
     def __init__(self, sigmas: Tensor, afs: bool = False) -> None:
         super().__init__()
         self.register_buffer("sigmas", torch.as_tensor(sigmas, dtype=torch.float64))
+        self.grid: nn.Module | None = None  # assigning a module registers it (state_dict, training)
         self.afs = afs
 
     @classmethod
@@ -75,8 +80,10 @@ class Solver(nn.Module):
         return cls(sigmas, **settings)
 
     @classmethod
-    def nfe_for_steps(cls, steps: int, settings: dict[str, Any]) -> int:
-        """Model evaluations spent by `steps` steps: one per step, minus one with AFS."""
+    def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
+        """Model evaluations spent by `steps` steps: one per step, minus one with AFS.
+        `to_zero`: the grid's last step ends at σ = 0 (solvers whose last step is then cheaper
+        say so)."""
         return steps - int(bool(settings.get("afs", False)))
 
     @property
@@ -85,10 +92,12 @@ class Solver(nn.Module):
 
     @property
     def nfe(self) -> int:
-        return self.nfe_for_steps(self.num_steps, {"afs": self.afs})
+        return self.nfe_for_steps(self.num_steps, {"afs": self.afs}, bool(self.sigmas[-1] == 0))
 
     def sigma(self, i: int, like: Tensor) -> Tensor:
-        return self.sigmas[i].to(like.dtype)
+        """σ_i in `like`'s dtype: from the learned `grid` when one is attached, else `sigmas`."""
+        sigmas = self.sigmas if self.grid is None else self.grid()
+        return sigmas[i].to(like.dtype)
 
     def step_size(self, i: int, like: Tensor) -> Tensor:
         return self.sigma(i + 1, like) - self.sigma(i, like)
@@ -132,8 +141,11 @@ class Solver(nn.Module):
         """The states x_1, …, x_N at σ_1, …, σ_N (the last is the endpoint)."""
         return [step.x_next for step in self.steps(denoiser, x)]
 
-    def forward(self, denoiser: Denoiser, x: Tensor) -> Tensor:
-        """Integrate from x at σ_max to σ_min."""
+    def forward(self, denoiser: Denoiser, x: Tensor, trajectory: bool = False) -> Tensor:
+        """Integrate from x at σ_max to σ_min: the endpoint, or with `trajectory` the states at
+        σ_1 … σ_N stacked on dim 1 (through `forward`, so DDP sees the call)."""
+        if trajectory:
+            return torch.stack(self.trajectory(denoiser, x), dim=1)
         for step in self.steps(denoiser, x):
             x = step.x_next
         return x

@@ -20,7 +20,7 @@ class Heun(Solver):
     name = "heun"
 
     @classmethod
-    def nfe_for_steps(cls, steps: int, settings: dict[str, Any]) -> int:
+    def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
         return 2 * steps - 1 - int(bool(settings.get("afs", False)))
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:

@@ -10,6 +10,9 @@ SIGMA_FEATURE_FLOOR = 10⁻⁴ instead, so the operator's input stays finite.
 Any registered solver can be the base; it is frozen by default (the in-span prior), and a trained
 learned base is loaded from `base_checkpoint`. α_i = 1 and β_i = `beta_init` (0) at init, so an
 untrained SpanLift is its base solver. R_φ adds no model evaluations: NFE is the base's NFE.
+
+SpanLift steps on its base's grid: every σ_i (in h_i, X̃_i and ξ_i) is read through the base's
+`sigma(i)`, so a base with a learned grid (LD3, S4S-Alt) carries SpanLift onto that grid.
 """
 
 from pathlib import Path
@@ -74,13 +77,16 @@ class SpanLift(Solver):
         return cls(sigmas, channels=channels, **settings)
 
     @classmethod
-    def nfe_for_steps(cls, steps: int, settings: dict[str, Any]) -> int:
+    def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
         base = SOLVERS.get(settings.get("base", "dyweight"))
-        return base.nfe_for_steps(steps, settings.get("base_settings") or {})
+        return base.nfe_for_steps(steps, settings.get("base_settings") or {}, to_zero)
 
     @property
     def nfe(self) -> int:
         return self.base.nfe
+
+    def sigma(self, i: int, like: Tensor) -> Tensor:
+        return self.base.sigma(i, like)
 
     def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
         return self.base.evaluate(denoiser, x, i)
@@ -91,11 +97,11 @@ class SpanLift(Solver):
         derivatives = [p.derivative for p in history[: self.history]]
         derivatives += [torch.zeros_like(x)] * (self.history - len(derivatives))
         features = torch.cat([x / (1 + sigma**2).sqrt(), *derivatives], dim=1)
-        lam = -2 * self.sigmas[i].log()
-        lam_next = -2 * self.sigmas[i + 1].clamp(min=SIGMA_FEATURE_FLOOR).log()
-        xi = torch.stack(
-            [torch.tensor(i / self.num_steps, dtype=lam.dtype), lam / 10, (lam_next - lam) / 10]
-        )
+        # ξ in the grid's precision (float64), cast to x's dtype at the end
+        lam = -2 * self.sigma(i, self.sigmas).log()
+        lam_next = -2 * self.sigma(i + 1, self.sigmas).clamp(min=SIGMA_FEATURE_FLOOR).log()
+        t = torch.tensor(i / self.num_steps, dtype=lam.dtype, device=lam.device)
+        xi = torch.stack([t, lam / 10, (lam_next - lam) / 10])
         return features, xi.to(x.dtype)
 
     def parts(

@@ -73,12 +73,18 @@ def check_settings(name: str, settings: dict[str, Any]) -> None:
         check_settings(settings.get("base", "dyweight"), settings["base_settings"])
 
 
-def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any]) -> int:
-    """The number of steps with which solver `name` spends exactly `nfe` model evaluations."""
+def ends_at_zero(schedule: str) -> bool:
+    """Whether the schedule's last step goes to σ = 0 (`edm_to_zero`), read off a 2-step grid."""
+    return bool(SCHEDULES.get(schedule)(2, 0.002, 80.0)[-1] == 0)
+
+
+def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any], schedule: str = "edm") -> int:
+    """The number of steps with which solver `name` on `schedule` spends exactly `nfe` model
+    evaluations."""
     if not isinstance(nfe, int) or isinstance(nfe, bool) or nfe < 1:
         raise UnreachableNFEError(f"nfe must be a positive integer, got {nfe!r}")
-    cls = SOLVERS.get(name)
-    spend = {steps: cls.nfe_for_steps(steps, settings) for steps in range(1, nfe + 3)}
+    cls, to_zero = SOLVERS.get(name), ends_at_zero(schedule)
+    spend = {steps: cls.nfe_for_steps(steps, settings, to_zero) for steps in range(1, nfe + 3)}
     for steps, used in spend.items():
         if used == nfe:
             return steps
@@ -91,10 +97,16 @@ def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any]) -> int:
 
 def build_solver(spec: SolverSpec, sigma_min: float, sigma_max: float, channels: int) -> Solver:
     check_settings(spec.name, spec.settings)
-    steps = steps_for_nfe(spec.name, spec.nfe, spec.settings)
+    steps = steps_for_nfe(spec.name, spec.nfe, spec.settings, spec.schedule)
     if not 0 < sigma_min < sigma_max:
         raise SettingsError(f"need 0 < sigma_min < sigma_max, got {sigma_min} and {sigma_max}")
     sigmas = SCHEDULES.get(spec.schedule)(steps, sigma_min, sigma_max)
     solver = SOLVERS.get(spec.name).build(sigmas, channels, **spec.settings)
+    if solver.nfe != spec.nfe:  # a grid ending at σ = 0 can save an evaluation (AMED, EPD)
+        raise UnreachableNFEError(
+            f"solver {spec.name!r} on schedule {spec.schedule!r} spends {solver.nfe} evaluations "
+            f"in the {steps} steps that nfe={spec.nfe} asks for; use a schedule that ends above "
+            "σ = 0 for it"
+        )
     solver.spec = spec
     return solver

@@ -225,7 +225,9 @@ def _solver_entry(data: Any, path: str, source: str, folder: Path) -> SolverEntr
     entry = SolverEntry(name, nfe, settings, search, fit, r.get("label", str, ""), schedule)
     for spec in entry.grid():
         _checked(r, "settings", lambda spec=spec: check_settings(spec.name, spec.settings))
-        _checked(r, "nfe", lambda spec=spec: steps_for_nfe(spec.name, spec.nfe, spec.settings))
+        _checked(
+            r, "nfe", lambda spec=spec: steps_for_nfe(spec.name, spec.nfe, spec.settings, schedule)
+        )
         _checked(r, "settings", lambda spec=spec: build_solver(spec, 0.002, 80.0, channels=1))
     return entry
 

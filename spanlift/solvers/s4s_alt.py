@@ -1,0 +1,73 @@
+"""S4S-Alt (Frankel et al., ICML 2025, "S4S: Solving for a Diffusion Model Solver").
+
+Learned linear multistep coefficients over the derivative buffer, on a learned grid:
+
+    x_{i+1} = x_i + h_i Δ_i,     Δ_i = Σ_{j ≤ min(i, K−1)} c_{i,j} d_{i−j},     h_i = σ_{i+1} − σ_i,
+
+with the table c (N × K, lower-triangular: c_{i,j} with j > i is never read) initialised to the
+iPNDM Adams–Bashforth table of order K, and σ_i the LD3 grid (`ld3.LearnedGrid`, ends fixed)
+
+    σ_i = (s_0 − (s_0 − s_N) Σ_{k<i} π_k)^ρ,     π = π_min + (1 − N π_min) softmax(ℓ),
+
+initialised to the schedule's grid and attached as the solver's own `grid` (`Solver.grid`, read by
+`sigma(i)`). An untrained S4S-Alt is iPNDM of order K on that schedule.
+Unlike DyWeight there is no separate time scaling: the model is told σ_i. One NFE per step (minus
+one with AFS).
+
+The two groups are fitted in alternation, switching every `alternate_every` iterations:
+
+    phase(t) = ⌊t / alternate_every⌋ mod 2:   0 → fit c (ℓ frozen),   1 → fit ℓ (c frozen),
+
+so the coefficients come first. `LearnedMultistep` alone (the coefficients on a fixed grid) is
+the coefficient half, shared with DLMS.
+"""
+
+from torch import Tensor, nn
+
+from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.ipndm import ADAMS_BASHFORTH, check_order, ipndm_weights
+from spanlift.solvers.ld3 import LearnedGrid
+from spanlift.solvers.operators import check_positive
+from spanlift.solvers.registry import SOLVERS
+
+
+class LearnedMultistep(Solver):
+    """Learned multistep coefficients: Δ_i = Σ_{j ≤ min(i, K−1)} c_{i,j} d_{i−j}, c init iPNDM(K).
+
+    c is kept in float64 so that the untrained solver equals iPNDM exactly in float64 too.
+    """
+
+    name = "learned_multistep"
+
+    def __init__(self, sigmas: Tensor, afs: bool = False, order: int = 3) -> None:
+        super().__init__(sigmas, afs)
+        self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), self.name)
+        self.coefficients = nn.Parameter(ipndm_weights(self.num_steps, order))
+
+    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
+        row = self.coefficients[i].to(x.dtype)
+        return sum(row[j] * p.derivative for j, p in enumerate(history))
+
+
+@SOLVERS.register("s4s_alt")
+class S4SAlt(LearnedMultistep):
+    """S4S-Alt: Δ_i = Σ_j c_{i,j} d_{i−j} (init iPNDM) on a learned LD3 grid, fitted alternately."""
+
+    name = "s4s_alt"
+
+    def __init__(
+        self, sigmas: Tensor, afs: bool = False, order: int = 3, alternate_every: int = 50
+    ) -> None:
+        grid = LearnedGrid(sigmas, self.name)  # first: a bad grid is refused before anything else
+        super().__init__(sigmas, afs, order)
+        self.grid = grid
+        self.alternate_every = check_positive("s4s_alt alternate_every", alternate_every)
+
+    def fits_grid(self, iteration: int) -> bool:
+        """Whether `iteration` is in a grid phase (phase 1); phase 0 fits the coefficients."""
+        return (iteration // self.alternate_every) % 2 == 1
+
+    def inactive_parameters(self, iteration: int) -> list[nn.Parameter]:
+        if self.fits_grid(iteration):
+            return [self.coefficients]
+        return list(self.grid.parameters())
