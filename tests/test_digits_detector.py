@@ -9,11 +9,9 @@ from torch.utils.data import Dataset
 
 from spanlift.errors import CheckpointError, UnknownNameError
 from spanlift.platform.evaluation.detectors import load_detector
-from spanlift.platform.evaluation.digits_detector import (
-    DEFAULT_WEIGHTS,
-    EXTRACTOR_NAME,
-    load_classifier,
-)
+from spanlift.platform.evaluation.digits_classifier import load_classifier
+from spanlift.platform.evaluation.digits_detector import SPEC
+from spanlift.platform.evaluation.digits_eval_detector import SPEC as EVAL_SPEC
 from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
 from spanlift.platform.evaluation.images import to_uint8_rgb
 from spanlift.platform.evaluation.train_digits_detector import accuracy, split
@@ -21,14 +19,14 @@ from spanlift.platform.evaluation.train_digits_detector import accuracy, split
 
 @pytest.fixture(scope="module")
 def data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return split(seed=0)
+    return split(SPEC)
 
 
 def test_committed_detector_classifies_held_out_digits(data) -> None:
     _, _, test_x, test_y = data
-    held_out = accuracy(load_classifier(), test_x, test_y)
+    held_out = accuracy(load_classifier(SPEC), test_x, test_y)
     assert held_out > 0.95
-    stored = torch.load(DEFAULT_WEIGHTS, weights_only=True)["train"]["test_accuracy"]
+    stored = torch.load(SPEC.weights, weights_only=True)["train"]["test_accuracy"]
     assert held_out == pytest.approx(stored, abs=1e-6)  # the checkpoint is the one trained
 
 
@@ -45,9 +43,10 @@ class Pixels(Dataset):
         return self.pixels[i]
 
 
-def test_fid_matches_torch_fidelity_with_the_registered_extractor(data, tmp_path: Path) -> None:
-    train_x, _, test_x, _ = data
-    detector = load_detector("digits", tmp_path)
+@pytest.mark.parametrize("spec", [SPEC, EVAL_SPEC], ids=lambda spec: spec.name)
+def test_fid_matches_torch_fidelity_with_the_registered_extractor(spec, tmp_path: Path) -> None:
+    train_x, _, test_x, _ = split(spec)
+    detector = load_detector(spec.name, tmp_path)
     ours = frechet_distance(
         FeatureMoments.of(detector.features(test_x)), FeatureMoments.of(detector.features(train_x))
     )
@@ -55,7 +54,7 @@ def test_fid_matches_torch_fidelity_with_the_registered_extractor(data, tmp_path
         input1=Pixels(test_x),
         input2=Pixels(train_x),
         fid=True,
-        feature_extractor=EXTRACTOR_NAME,
+        feature_extractor=spec.extractor,  # spanlift-digits, spanlift-digits-eval
         cuda=False,
         cache=False,
         save_cpu_ram=True,  # no DataLoader worker processes
@@ -96,5 +95,5 @@ def test_missing_or_corrupt_detector_weights_name_the_file(tmp_path: Path) -> No
 
 
 def test_unknown_detector_lists_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(UnknownNameError, match="expected one of: digits, inception"):
+    with pytest.raises(UnknownNameError, match="expected one of: digits, digits_eval, inception"):
         load_detector("lenet", tmp_path)

@@ -12,7 +12,7 @@ from spanlift.platform.fitting.teacher import generate_teacher
 from spanlift.solvers import SolverSpec, build_solver
 
 
-@pytest.mark.parametrize("name", ["inception", "digits"])
+@pytest.mark.parametrize("name", ["inception", "digits", "digits_eval"])
 def test_differentiable_path_equals_the_detectors_uint8_forward(name: str, tmp_path) -> None:
     detector = load_detector(name, tmp_path)
     g = torch.Generator().manual_seed(0)

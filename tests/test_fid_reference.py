@@ -168,8 +168,9 @@ def test_eval_refuses_a_bad_reference_before_starting(
     tmp_path, monkeypatch, capsys, name, message
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    write_nvlabs(tmp_path / "cifar10-32x32.npz", np.zeros(64), np.eye(64))
-    code = main(["eval", "--solver", "euler", "--nfe", "3", "--reference", name, "--samples", "8"])
+    write_nvlabs(tmp_path / "cifar10-32x32.npz", np.zeros(64), np.eye(64))  # 64-d: `digits`
+    args = ["--reference", name, "--samples", "8", "--detector", "digits"]
+    code = main(["eval", "--solver", "euler", "--nfe", "3", *args])
     err = capsys.readouterr().err
     assert code == 2 and re.search(message, err) and "Traceback" not in err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
@@ -185,6 +186,7 @@ def test_eval_against_a_statistics_file_end_to_end(evaluator, tmp_path) -> None:
     result = spanlift(
         tmp_path, "eval", "--solver", "euler", "--nfe", "3", "--reference", path.name,
         "--samples", str(SAMPLES), "--evaluators", "1", "--num-cpus", "2", "--no-tracking",
+        "--detector", "digits",  # the statistics' detector, not the backbone's `digits_eval`
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     fid = float(re.search(r"^fid ([0-9.]+) ", result.stdout, re.MULTILINE).group(1))

@@ -196,7 +196,7 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
     runs = {r.data.params["solver"]: r for r in runs_of(tmp_path, "fid")}
     for run in runs.values():
         assert run.data.metrics["fid"] > 0 and run.data.params["fid.samples"] == "100"
-        assert run.data.params["fid.detector"].startswith("digits:")
+        assert run.data.params["fid.detector"].startswith("digits_eval:")  # the default
         assert run.data.params["fid.reference"] == "dataset"
     assert runs["ipndm"].data.metrics["fid"] < runs["euler"].data.metrics["fid"]
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -215,7 +215,7 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
     assert outcome["model_loads"] == sum(loads) <= 1 + len(runs)
     board = spanlift(tmp_path, "leaderboard", "--experiment", "fid", "--metric", "fid")
     assert board.returncode == 0, board.stderr
-    assert "fid against fid.detector=digits:" in board.stdout
+    assert "fid against fid.detector=digits_eval:" in board.stdout
 
 
 def test_impossible_resources_are_refused_before_any_trial(tmp_path: Path) -> None:

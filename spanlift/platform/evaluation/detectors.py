@@ -1,7 +1,10 @@
 """FID detectors by name: each maps [-1, 1] images to features through a torch-fidelity extractor.
 
-    inception  the EDM/StyleGAN3 Inception-v3 (2048-d pool features), real backbones
-    digits     the project's digits classifier (64-d penultimate features), fast on a CPU
+    inception    the EDM/StyleGAN3 Inception-v3 (2048-d pool features), real backbones
+    digits       the project's digits classifier (64-d penultimate features), fast on a CPU;
+                 the digits feature loss (`loss: digits`) fits in its features
+    digits_eval  an independent digits classifier (96-d penultimate features; another
+                 architecture, seed and split), the digits backbone's default FID detector
 
 A detector's `identity` (name plus weights hash) goes with every FID and every reference-statistics
 file, so FIDs from different detectors are never compared.
@@ -18,7 +21,8 @@ from torch import Tensor
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 
 from spanlift.files import file_sha256
-from spanlift.platform.evaluation import digits_detector, inception
+from spanlift.platform.evaluation import digits_detector, digits_eval_detector, inception
+from spanlift.platform.evaluation.digits_classifier import DigitsFeatureExtractor
 from spanlift.platform.evaluation.images import to_uint8_rgb
 from spanlift.registry import Registry
 
@@ -73,23 +77,35 @@ def load_inception(weights: Path | None, cache_dir: Path) -> Detector:
     return Detector("inception", extractor, weights, inception.differentiable_pool_features)
 
 
-@DETECTORS.register("digits")
-def load_digits(weights: Path | None, cache_dir: Path) -> Detector:
-    """The committed digits classifier, or another checkpoint of it."""
-    weights = Path(weights) if weights else digits_detector.DEFAULT_WEIGHTS
-    extractor = digits_detector.DigitsFeatureExtractor(
-        digits_detector.EXTRACTOR_NAME,
-        [str(digits_detector.FEATURE_DIM)],
-        feature_extractor_weights_path=str(weights),
-    )
-    return Detector("digits", extractor, weights)
+def digits_loader(extractor: type[DigitsFeatureExtractor]) -> DetectorLoader:
+    """The loader of a digits detector: its committed classifier, or another checkpoint of it."""
+    spec = extractor.spec
+
+    def load(weights: Path | None, cache_dir: Path) -> Detector:
+        weights = Path(weights) if weights else spec.weights
+        features = extractor(spec.extractor, [str(spec.features)], str(weights))
+        return Detector(spec.name, features, weights)
+
+    return load
+
+
+load_digits = DETECTORS.register("digits")(digits_loader(digits_detector.DigitsExtractor))
+load_digits_eval = DETECTORS.register("digits_eval")(
+    digits_loader(digits_eval_detector.DigitsEvalExtractor)
+)
+DIGITS_SPECS = {spec.name: spec for spec in (digits_detector.SPEC, digits_eval_detector.SPEC)}
+"""The digits detectors by name: what `spanlift train-digits-detector --detector` trains."""
 
 
 def load_detector(name: str, cache_dir: Path, weights: Path | None = None) -> Detector:
     return DETECTORS.get(name)(weights, cache_dir)
 
 
-FEATURE_SIZES = {"inception": int(inception.FEATURE), "digits": digits_detector.FEATURE_DIM}
+FEATURE_SIZES = {
+    "inception": int(inception.FEATURE),
+    "digits": digits_detector.FEATURE_DIM,
+    "digits_eval": digits_eval_detector.FEATURE_DIM,
+}
 """Features per image of each detector; its weights file does not change it."""
 
 

@@ -7,7 +7,8 @@ a function of (student, target) → scalar.
 
     mse        ℓ = mean (x̂ − x*)²                           over samples and pixels
     inception  ℓ = mean (φ(D(x̂)) − φ(D(x*)))²               φ: FID's Inception pool features
-    digits     the same with the digits detector's features  (fast; the digits backbone)
+    digits     the same with the `digits` detector's features  (fast; the digits backbone, whose
+               FID defaults to the independent `digits_eval` detector, not this one)
     pooled     ℓ = Σ_{p ∈ 1, 4, 16} mean (M_p D(x̂) − M_p D(x*))²   M_p: p×p max-pooling
     latent     ℓ = c · mean (ẑ − z*)² + mean (f(D(ẑ)) − f(D(z*)))²   f: a frozen DINOv2
 
