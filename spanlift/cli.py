@@ -10,9 +10,10 @@
     spanlift nowcast synth --events 64 --out data/sevir_synth     synthetic storms, SEVIR layout
     spanlift nowcast prepare --sevir-root /data/sevir --out data/sevir_lr.zarr
     spanlift nowcast eval --data data/sevir_synth --solvers paper --nfe 5 --teacher-nfe 100
+    spanlift analyze halvorsen|ratio|out-of-span   the paper's analyses (PNG, CSV, MLflow run)
     spanlift train-digits                 retrain the embedded digits denoiser
     spanlift train-nowcast                retrain the embedded nowcasting denoiser
-    spanlift train-digits-detector        retrain the digits FID detector
+    spanlift train-digits-detector [--detector digits_eval]   retrain a digits FID detector
 
 User errors print one line and exit with status 2; bugs keep their traceback.
 """
@@ -27,6 +28,7 @@ from typing import Any
 import yaml
 
 from spanlift.errors import SettingsError, SpanliftError
+from spanlift.platform.analysis.commands import add_analyze_commands
 
 DEFAULT_CACHE = Path(".spanlift") / "cache"
 TRACKING_DEFAULTS = "$MLFLOW_TRACKING_URI, else the sweep file's, else sqlite:///mlflow.db"
@@ -88,6 +90,8 @@ def fit_settings(args: argparse.Namespace) -> Any:
         seed=args.seed,
         loss=args.loss,
         loss_options=parse_settings(args.loss_option),
+        weight_decay=args.weight_decay,
+        validation=args.validation,
     )
 
 
@@ -209,7 +213,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
 DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
 NOWCAST_UNET = "spanlift/backbones/weights/nowcast_unet.pt"
 PAPER_SOLVERS = "all six, spanlift+pooled and spanlift+observed"
-DETECTOR = "spanlift/platform/evaluation/weights/digits_detector.pt"
+DETECTOR = "spanlift/platform/evaluation/weights/<detector>_detector.pt"
 ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
 
 
@@ -353,9 +357,12 @@ def cmd_train_digits(args: argparse.Namespace) -> None:
 
 
 def cmd_train_digits_detector(args: argparse.Namespace) -> None:
+    from spanlift.platform.evaluation.detectors import DIGITS_SPECS
     from spanlift.platform.evaluation.train_digits_detector import train_digits_detector
 
-    path, accuracy = train_digits_detector(args.out, steps=args.steps, seed=args.seed)
+    spec = DIGITS_SPECS[args.detector]
+    out = args.out or spec.weights
+    path, accuracy = train_digits_detector(spec, out, steps=args.steps, seed=args.seed)
     print(f"wrote {path} (held-out accuracy {accuracy:.4f})")
 
 
@@ -382,6 +389,14 @@ def add_fit_options(p: argparse.ArgumentParser, out: str, nfe: Any, backbone: st
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (0: Adam)")
+    p.add_argument(
+        "--validation",
+        type=float,
+        default=0.1,
+        help="fraction of the training teacher set held out; the fit keeps the state with the "
+        "lowest loss on it, its starting state included (0: keep the last state)",
+    )
     p.add_argument(
         "--loss",
         default="mse",
@@ -476,7 +491,11 @@ def parser() -> argparse.ArgumentParser:
         help="samples scored (default 50000 with CUDA, the papers' FID protocol; 10000 without)",
     )
     ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors (default 2)")
-    ev.add_argument("--detector", help="FID detector: digits or inception (default: backbone's)")
+    ev.add_argument(
+        "--detector",
+        help="FID detector: inception, digits_eval or digits (the digits feature loss's own); "
+        "default: the backbone's (digits: digits_eval)",
+    )
     ev.add_argument("--detector-weights", type=Path, help="detector weights file")
     ev.add_argument(
         "--reference",
@@ -504,6 +523,7 @@ def parser() -> argparse.ArgumentParser:
     ev.set_defaults(run=cmd_eval)
 
     add_nowcast_commands(sub)
+    add_analyze_commands(sub)
 
     board = sub.add_parser("leaderboard", help="rank solvers of an experiment from MLflow")
     board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep's)")
@@ -515,22 +535,24 @@ def parser() -> argparse.ArgumentParser:
     board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
     board.set_defaults(run=cmd_leaderboard)
 
-    trainings = [
-        ("train-digits", "the embedded digits denoiser", 4000, DIGITS_UNET, cmd_train_digits),
-        (
-            "train-digits-detector",
-            "the digits FID detector",
-            1500,
-            DETECTOR,
-            cmd_train_digits_detector,
-        ),
-    ]
-    for name, what, steps, out, run in trainings:
-        train = sub.add_parser(name, help=f"retrain {what}")
-        train.add_argument("--steps", type=int, default=steps)
-        train.add_argument("--seed", type=int, default=0)
-        train.add_argument("--out", type=Path, default=Path(out), help=f"default: {out}")
-        train.set_defaults(run=run)
+    train = sub.add_parser("train-digits", help="retrain the embedded digits denoiser")
+    train.add_argument("--steps", type=int, default=4000)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--out", type=Path, default=Path(DIGITS_UNET), help=f"default: {DIGITS_UNET}"
+    )
+    train.set_defaults(run=cmd_train_digits)
+    train = sub.add_parser("train-digits-detector", help="retrain a digits FID detector")
+    train.add_argument(
+        "--detector",
+        choices=["digits", "digits_eval"],
+        default="digits",
+        help="digits: the feature loss's detector; digits_eval: the evaluation one (default digits)",
+    )
+    train.add_argument("--steps", type=int, default=1500)
+    train.add_argument("--seed", type=int, help="default: the detector's (digits 0, digits_eval 1)")
+    train.add_argument("--out", type=Path, help=f"default: its committed weights, {DETECTOR}")
+    train.set_defaults(run=cmd_train_digits_detector)
     train = sub.add_parser("train-nowcast", help="retrain the embedded nowcasting denoiser")
     train.add_argument("--data", type=Path, default=Path("data/sevir_train"), help="SEVIR folder")
     train.add_argument("--steps", type=int, default=3000)

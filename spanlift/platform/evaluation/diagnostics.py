@@ -8,8 +8,13 @@ P_i the orthogonal projector onto span(D_i),
 
 averaged over samples. Multistep solvers can only combine buffered derivatives (ρ = 0); SpanLift's
 operator adds what lies outside their span (the paper's argument), and μ says how much.
+
+`rollout` is the one loop every per-step analysis reads (these diagnostics and
+`spanlift.platform.analysis`): the solver's own `Solver.steps`, with each step's last K on-grid
+derivatives and, for SpanLift, its two parts.
 """
 
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +28,7 @@ from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError
 from spanlift.platform.fitting.teacher import seed_noise
 from spanlift.seeds import FID_FIRST_SEED
+from spanlift.solvers.base import Solver, Step
 from spanlift.solvers.spanlift import SpanLift
 
 BUFFER = 3
@@ -45,6 +51,76 @@ def out_of_span_ratio(vectors: Tensor, spanning: list[Tensor]) -> Tensor:
 
 
 @dataclass(frozen=True)
+class RolloutStep:
+    """One step of a solver's own rollout, as the per-step analyses read it.
+
+    `derivatives` are d_i, d_{i−1}, …, d_{i−K+1} (newest first, fewer at the first steps): the
+    derivative each step evaluated at its grid state x_j (`history[0]`), kept here for K steps
+    whatever the solver's own buffer size, so every solver is measured against the same span V_i.
+    `parts` is SpanLift's (Δ_i^base, Δ_i^op) before the α_i, β_i scaling; None for other solvers.
+    """
+
+    step: Step
+    sigma: float
+    derivatives: list[Tensor]
+    parts: tuple[Tensor, Tensor] | None = None
+
+
+def rollout(
+    solver: Solver,
+    backbone: Backbone,
+    noise: Tensor,
+    cond: Tensor | None = None,
+    buffer: int = BUFFER,
+) -> Iterator[RolloutStep]:
+    """`solver.steps` from the prior sample of `noise`, with the last `buffer` grid derivatives of
+    each step and SpanLift's parts (read by `SpanLift.parts` on the step's own state and history;
+    a base that calls the model inside its direction, as Heun does, calls it again there)."""
+    denoiser = conditioned(backbone, cond)
+    derivatives: list[Tensor] = []
+    for step in solver.steps(denoiser, backbone.prior(noise)):
+        derivatives = [step.history[0].derivative, *derivatives][:buffer]
+        parts = None
+        if isinstance(solver, SpanLift):
+            parts = solver.parts(step.i, step.x, step.history, denoiser)
+        yield RolloutStep(step, float(solver.sigmas[step.i]), derivatives, parts)
+
+
+Measure = Callable[[RolloutStep, slice], dict[str, Tensor]]
+"""Per-sample values (name → tensor of shape (N,)) of one step of a rollout of a batch; the slice
+says which rows of the whole `noise` the batch holds."""
+
+
+@torch.no_grad()
+def step_means(
+    solver: Solver,
+    backbone: Backbone,
+    noise: Tensor,
+    measure: Measure,
+    cond: Tensor | None = None,
+    batch_size: int = 256,
+) -> list[dict[str, float]]:
+    """Roll `solver` out from `noise` in batches and average each of `measure`'s values over the
+    samples, per step (NaN values, e.g. 0/0 ratios, are left out): one dict per step with
+    `step`, `sigma` and the means."""
+    values: list[dict[str, list[Tensor]]] = []
+    sigmas: list[float] = []
+    for start in range(0, len(noise), batch_size):
+        rows = slice(start, start + batch_size)
+        batch_cond = None if cond is None else cond[rows]
+        for record in rollout(solver, backbone, noise[rows], batch_cond):
+            if record.step.i == len(values):
+                values.append({})
+                sigmas.append(record.sigma)
+            for name, value in measure(record, rows).items():
+                values[record.step.i].setdefault(name, []).append(value.detach().double().cpu())
+    return [
+        {"step": i, "sigma": sigmas[i], **{k: torch.cat(v).nanmean().item() for k, v in m.items()}}
+        for i, m in enumerate(values)
+    ]
+
+
+@dataclass(frozen=True)
 class StepDiagnostics:
     step: int
     sigma: float
@@ -60,17 +136,13 @@ def spanlift_diagnostics(
     solver's own: x_{i+1} = x_i + h_i (α_i Δ_i^base + β_i Δ_i^op))."""
     if not isinstance(solver, SpanLift):
         raise SettingsError(f"diagnostics need a SpanLift solver, got {solver.name}")
-    x, history, steps = backbone.prior(noise), [], []
-    denoiser = conditioned(backbone, cond)
-    for i in range(solver.num_steps):
-        history = [solver.evaluate(denoiser, x, i), *history][: solver.buffer_size]
-        base, op = solver.parts(i, x, history, denoiser)
+    steps = []
+    for record in rollout(solver, backbone, noise, cond):
+        i, (base, op) = record.step.i, record.parts
         scaled_base, scaled_op = solver.alpha[i] * base, solver.beta[i] * op
-        rho = out_of_span_ratio(op, [p.derivative for p in history[:BUFFER]])
+        rho = out_of_span_ratio(op, record.derivatives)
         mu = scaled_op.flatten(1).norm(dim=1) / scaled_base.flatten(1).norm(dim=1)
-        sigma = float(solver.sigmas[i])
-        steps.append(StepDiagnostics(i, sigma, rho.nanmean().item(), mu.mean().item()))
-        x = x + solver.step_size(i, x) * (scaled_base + scaled_op)
+        steps.append(StepDiagnostics(i, record.sigma, rho.nanmean().item(), mu.mean().item()))
     return steps
 
 
