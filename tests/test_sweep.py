@@ -306,3 +306,22 @@ def test_worker_killed_mid_fit_resumes_from_its_checkpoint(tmp_path: Path) -> No
     (run,) = runs_of(tmp_path, "kill")
     assert run.info.status == "FINISHED"
     assert run.data.metrics["fit_resumed_from"] >= 100  # continued, not restarted from zero
+
+
+def test_a_trajectory_solver_fits_on_teacher_states_prepared_by_the_sweep(tmp_path: Path) -> None:
+    """AMED is matched at its grid points: the sweep prepares one extra teacher entry with the
+    states at that grid, the fit reads it, and its run logs the validation curve."""
+    solvers = [{"name": "amed", "nfe": 3, "settings": {"afs": True}}]
+    path = sweep_file(tmp_path, "trajectory", solvers=solvers, fit={"iterations": 10})
+    result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    entries = list((tmp_path / "runs" / "sweeps" / "trajectory" / "teacher").glob("teacher-*"))
+    manifests = [json.loads((e / "manifest.json").read_text()) for e in entries]
+    states = [m["state_sigmas"] for m in manifests if m["state_sigmas"]]
+    assert len(entries) == 3 and len(states) == 1 and len(states[0]) == 2  # σ_1, σ_2 of 2 steps
+    (run,) = runs_of(tmp_path, "trajectory")
+    assert run.info.status == "FINISHED"
+    history = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(
+        run.info.run_id, "val_loss"
+    )
+    assert [m.step for m in history] == [0, 10]

@@ -31,6 +31,7 @@ VALID = {
     [
         ("digits_nfe", 23),
         ("digits_fid", 23),
+        ("digits_paper", 50),
         ("gmm_smoke", 2),
         ("operator_ablation", 6),
         ("nowcast_synth", 8),
