@@ -28,7 +28,8 @@ import torch
 from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
-from spanlift.solvers.base import Denoiser, History, Point, Solver
+from spanlift.solvers.base import Denoiser, History
+from spanlift.solvers.on_base import OnBase
 from spanlift.solvers.registry import SOLVERS
 from spanlift.solvers.spec import check_settings
 
@@ -100,7 +101,7 @@ def check_base(base: str) -> str:
 
 
 @SOLVERS.register("ld3")
-class LD3(Solver):
+class LD3(OnBase):
     """LD3: a base solver on a learned grid σ_i = (s_0 − (s_0 − s_N) Σ_{k<i} π_k(ℓ))^ρ, ends fixed.
 
     π = π_min + (1 − N π_min) softmax(ℓ); only ℓ is learned; NFE and supervision (endpoint) as the
@@ -109,6 +110,7 @@ class LD3(Solver):
     """
 
     name = "ld3"
+    default_base = "ipndm"
 
     def __init__(
         self,
@@ -126,25 +128,6 @@ class LD3(Solver):
         self.base.grid = LearnedGrid(self.base.sigmas, self.name)
         self.buffer_size = self.base.buffer_size
         self.input_slack = check_slack(slack)
-
-    @classmethod
-    def build(cls, sigmas: Tensor, channels: int, **settings: Any) -> "LD3":
-        return cls(sigmas, channels=channels, **settings)
-
-    @classmethod
-    def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
-        base = SOLVERS.get(settings.get("base", "ipndm"))
-        return base.nfe_for_steps(steps, settings.get("base_settings") or {}, to_zero)
-
-    @property
-    def nfe(self) -> int:
-        return self.base.nfe
-
-    def sigma(self, i: int, like: Tensor) -> Tensor:
-        return self.base.sigma(i, like)
-
-    def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
-        return self.base.evaluate(denoiser, x, i)
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
         return self.base.direction(i, x, history, denoiser)

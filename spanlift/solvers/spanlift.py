@@ -22,8 +22,9 @@ import torch
 from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
-from spanlift.solvers.base import Denoiser, History, Point, Solver
+from spanlift.solvers.base import Denoiser, History
 from spanlift.solvers.checkpoint import load_solver_state
+from spanlift.solvers.on_base import OnBase
 from spanlift.solvers.operators import OPERATORS, check_positive
 from spanlift.solvers.registry import SOLVERS
 
@@ -31,10 +32,11 @@ SIGMA_FEATURE_FLOOR = 1e-4
 
 
 @SOLVERS.register("spanlift")
-class SpanLift(Solver):
+class SpanLift(OnBase):
     """SpanLift: base solver + FiLM-conditioned residual operator (scalar / pointwise / spatial)."""
 
     name = "spanlift"
+    default_base = "dyweight"
 
     def __init__(
         self,
@@ -71,25 +73,6 @@ class SpanLift(Solver):
         )
         self.alpha = nn.Parameter(torch.ones(self.num_steps))
         self.beta = nn.Parameter(torch.full((self.num_steps,), float(beta_init)))
-
-    @classmethod
-    def build(cls, sigmas: Tensor, channels: int, **settings: Any) -> "SpanLift":
-        return cls(sigmas, channels=channels, **settings)
-
-    @classmethod
-    def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
-        base = SOLVERS.get(settings.get("base", "dyweight"))
-        return base.nfe_for_steps(steps, settings.get("base_settings") or {}, to_zero)
-
-    @property
-    def nfe(self) -> int:
-        return self.base.nfe
-
-    def sigma(self, i: int, like: Tensor) -> Tensor:
-        return self.base.sigma(i, like)
-
-    def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
-        return self.base.evaluate(denoiser, x, i)
 
     def operator_input(self, i: int, x: Tensor, history: History) -> tuple[Tensor, Tensor]:
         """(X̃_i, ξ_i) as in the module docstring."""
