@@ -154,7 +154,8 @@ def teacher_solver(
     if outside:
         raise CacheError(
             f"the teacher {teacher.label()} runs from σ = {high:.6g} to {low:.6g}; it cannot "
-            f"give states at σ = {', '.join(f'{s:.6g}' for s in outside)}"
+            f"give states at σ = {', '.join(f'{s:.6g}' for s in outside)}; run the teacher on "
+            "the student's schedule (a sweep's `teacher.schedule`)"
         )
     own_rounded = {round(s, SIGMA_DIGITS) for s in own.tolist()}
     grid = sorted([*own.tolist(), *(s for s in wanted if s not in own_rounded)], reverse=True)
