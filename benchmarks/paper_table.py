@@ -155,12 +155,12 @@ def score_fid(rows: list[Row], config: SweepConfig, workers: int, out: Path) -> 
     print(f"detector {report.fid.detector}, reference {report.fid.reference}")
 
 
-def mean_std(values: list[float]) -> str:
+def mean_std(values: list[float], digits: int) -> str:
     std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {std:.2f}"
+    return f"{statistics.mean(values):.{digits}f} ± {std:.{digits}f}"
 
 
-def print_table(rows: list[Row], metric: str, nfes: list[int]) -> None:
+def print_table(rows: list[Row], metric: str, nfes: list[int], digits: int = 2) -> None:
     cells: dict[tuple[str, int], list[float]] = defaultdict(list)
     for row in rows:
         cells[row.label, row.nfe].append(getattr(row, metric))
@@ -169,7 +169,7 @@ def print_table(rows: list[Row], metric: str, nfes: list[int]) -> None:
     print(f"\n{metric}, mean ± std over seeds")
     print(f"{'solver':<{width}} " + " ".join(f"{'NFE ' + str(n):>17}" for n in nfes))
     for label in labels:
-        row = (mean_std(cells[label, n]) if cells[label, n] else "–" for n in nfes)
+        row = (mean_std(cells[label, n], digits) if cells[label, n] else "–" for n in nfes)
         print(f"{label:<{width}} " + " ".join(f"{c:>17}" for c in row))
 
 
@@ -219,6 +219,16 @@ def plot_curve(rows: list[Row], path: Path) -> Path:
     return path
 
 
+def read_rows(path: Path, seeds: int) -> list[Row]:
+    """The rows of an earlier run's CSV, those of the first `seeds` seeds."""
+    with path.open() as f:
+        rows = [Row(**{k: FIELDS[k](v) for k, v in row.items()}) for row in csv.DictReader(f)]
+    return [r for r in rows if r.seed < seeds]
+
+
+FIELDS = Row.__annotations__  # name → int, float or str: each parses its CSV text
+
+
 def write_csv(rows: list[Row], path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
@@ -236,6 +246,10 @@ def main() -> None:
     p.add_argument("--samples", type=int, help="FID samples (default: the sweep file's)")
     p.add_argument("--workers", type=int, default=2, help="fitting processes and FID actors")
     p.add_argument("--curve", type=int, nargs="+", help="fit budgets for the FID curve")
+    p.add_argument("--detector", help="FID detector (default: the sweep file's)")
+    p.add_argument(
+        "--rescore", type=Path, help="a table.csv of an earlier run: only score its rows' FID"
+    )
     p.add_argument("--out", type=Path, default=Path("runs/benchmarks/paper_table"))
     args = p.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -243,6 +257,15 @@ def main() -> None:
     config = load_sweep(args.sweep)
     if args.samples:
         config = replace(config, evaluation=replace(config.evaluation, samples=args.samples))
+    if args.detector:
+        config = replace(config, evaluation=replace(config.evaluation, detector=args.detector))
+    if args.rescore:
+        rows = read_rows(args.rescore, args.seeds)
+        score_fid(rows, config, args.workers, args.out)
+        write_csv(rows, args.out / f"rescored-{config.evaluation.detector}.csv")
+        print_table(rows, "fid", sorted({r.nfe for r in rows}))
+        print_ratios(rows, sorted({r.nfe for r in rows}))
+        return
     cache = args.out / "cache"
     backbone = load_backbone(config.backbone, **config.backbone_options)
     for seeds in sweep_seeds(config):  # once, before the workers read it
@@ -264,7 +287,7 @@ def main() -> None:
     score_fid(rows, config, args.workers, args.out)
     write_csv(rows, args.out / "table.csv")
     print_table(rows, "fid", args.nfe)
-    print_table(rows, "rmse", args.nfe)
+    print_table(rows, "rmse", args.nfe, digits=4)
     print_ratios(rows, args.nfe)
 
 
