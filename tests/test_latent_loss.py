@@ -214,8 +214,12 @@ PLAIN_FIT = {
     "seed": 0,
     "log_every": 25,
     "checkpoint_every": 50,
+    "weight_decay": 0.0,
+    "validation": 0.1,
+    "validate_every": 25,
 }
-"""A fit's identity without loss options: the keys of stored checkpoints and runs hash this."""
+"""A fit's identity without loss options: the keys of stored checkpoints and runs hash this.
+(The held-out split and weight decay entered it on purpose: they change what a fit keeps.)"""
 
 
 def fit_key(fit: FitSettings) -> str:
