@@ -224,11 +224,15 @@ def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in solver.state_dict().items()}
 
 
-def project_slack(slack: torch.Tensor, noise: torch.Tensor, radius: float) -> None:
+def slack_limits(noise: torch.Tensor, radius: float) -> torch.Tensor:
+    """r‖x_T‖ per training seed: the radius of each seed's LD3 ball."""
+    return radius * noise.flatten(1).norm(dim=1)
+
+
+def project_slack(slack: torch.Tensor, limits: torch.Tensor) -> None:
     """δ ← δ · min(1, r‖x_T‖ / ‖δ‖) per seed: back into LD3's ball."""
     norms = slack.flatten(1).norm(dim=1).clamp_min(1e-12)
-    limit = radius * noise.flatten(1).norm(dim=1)
-    slack.mul_((limit / norms).clamp(max=1).view(-1, *[1] * (slack.dim() - 1)))
+    slack.mul_((limits / norms).clamp(max=1).view(-1, *[1] * (slack.dim() - 1)))
 
 
 def distributed(solver: Solver) -> torch.nn.Module:
@@ -272,6 +276,7 @@ def fit(
     groups = [{"params": params}]
     if solver.input_slack > 0:
         slack = torch.zeros_like(train.noise, device=device, requires_grad=True)
+        limits = slack_limits(train.noise, solver.input_slack).to(device)
         groups.append({"params": [slack], "weight_decay": 0.0})
     optimizer = torch.optim.AdamW(groups, lr=settings.lr, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -327,7 +332,7 @@ def fit(
         schedule.step()
         if slack is not None:
             with torch.no_grad():
-                project_slack(slack, train.noise.to(device), solver.input_slack)
+                project_slack(slack, limits)
         result.losses.append(value.item())
         done = iteration + 1
         last = done == settings.iterations
