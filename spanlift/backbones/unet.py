@@ -40,11 +40,12 @@ def imagenet64_size() -> UNetConfig:
 
 
 def noise_embedding(c_noise: Tensor, dim: int) -> Tensor:
-    """Sinusoidal embedding of the noise level c_noise (one scalar per sample)."""
+    """Sinusoidal embedding of the noise level c_noise (one scalar per sample), computed in
+    float32 and returned in c_noise's dtype (the network's, for half-precision weights)."""
     half = dim // 2
     freqs = torch.exp(-math.log(10_000) * torch.arange(half, device=c_noise.device) / half)
     angles = c_noise.reshape(-1, 1).float() * freqs
-    return torch.cat([angles.cos(), angles.sin()], dim=1)
+    return torch.cat([angles.cos(), angles.sin()], dim=1).to(c_noise.dtype)
 
 
 class ResBlock(nn.Module):

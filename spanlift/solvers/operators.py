@@ -91,11 +91,14 @@ class ConvOperator(nn.Module):
         self.head = nn.Conv2d(hidden, channels, 1)
 
     def forward(self, features: Tensor, xi: Tensor, i: int) -> Tensor:
-        h = self.stem(features)
-        film = self.film(xi.to(features.dtype)).expand(len(features), -1)
+        """Runs in its weights' dtype (float32 while fitted) and answers in the features' dtype
+        (a half-precision backbone's)."""
+        dtype = self.stem.weight.dtype
+        h = self.stem(features.to(dtype))
+        film = self.film(xi.to(dtype)).expand(len(features), -1)
         for block, modulation in zip(self.blocks, film.chunk(len(self.blocks), 1), strict=True):
             h = block(h, *modulation.chunk(2, 1))
-        return self.head(h)
+        return self.head(h).to(features.dtype)
 
 
 OPERATORS.register("scalar")(ScalarOperator)
