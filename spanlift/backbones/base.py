@@ -70,6 +70,12 @@ class Backbone(nn.Module, ABC):
         scores; None for a backbone without observations."""
         return None
 
+    @property
+    def device(self) -> torch.device:
+        """Where its weights (or, for an analytic model, its buffers) live; the CPU if neither."""
+        tensor = next(iter([*self.parameters(), *self.buffers()]), None)
+        return torch.device("cpu") if tensor is None else tensor.device
+
     def freeze(self) -> "Backbone":
         self.eval()
         self.requires_grad_(False)

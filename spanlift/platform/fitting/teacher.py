@@ -174,12 +174,16 @@ def generate_teacher(
     teacher: SolverSpec = DEFAULT_TEACHER,
     batch_size: int = 256,
     progress: bool = True,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     state_sigmas: Sequence[float] = (),
 ) -> TeacherSet:
-    """Run the teacher solver from every seed's noise on `device`; returns CPU float32 tensors.
-    With `state_sigmas`, also the teacher's states there (see the module docstring)."""
-    backbone = backbone.to(device)
+    """Run the teacher solver from every seed's noise on `device` (default: where the backbone
+    is, which it then stays on); returns CPU float32 tensors. With `state_sigmas`, also the
+    teacher's states there (see the module docstring)."""
+    if device is None:
+        device = backbone.device
+    else:
+        backbone = backbone.to(device)
     solver, picks = teacher_solver(backbone, teacher, state_sigmas)
     solver = solver.to(device)
     noise, endpoints, states = seed_noise(seeds, backbone.shape), [], []
