@@ -27,8 +27,8 @@ from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.fitting.compare import compare
 from spanlift.platform.fitting.fit import FitSettings
-from spanlift.platform.fitting.teacher import load_or_generate
 from spanlift.platform.ray_runtime import start_ray
+from spanlift.platform.sampling.teacher import load_or_generate
 from spanlift.solvers import SolverSpec
 
 

@@ -37,8 +37,9 @@ from spanlift.backbones import Backbone, load_backbone
 from spanlift.backbones.edm_precond import EDMPrecond
 from spanlift.backbones.unet import UNet
 from spanlift.nowcasting.synthetic import write_synthetic_sevir
-from spanlift.platform.fitting.fit import FitSettings, fit, rollout
-from spanlift.platform.fitting.teacher import generate_teacher, teacher_for
+from spanlift.platform.fitting.fit import FitSettings, fit
+from spanlift.platform.sampling.rollout import rollout
+from spanlift.platform.sampling.teacher import generate_teacher, teacher_for
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
 
 BASES = ("euler", "heun", "ipndm", "dyweight", "dpm_solver_pp", "unipc", "dlms")
@@ -131,8 +132,8 @@ def sync(device: torch.device) -> None:
 
 def random_inception(device: torch.device):
     """torch-fidelity's `inception-v3-compat` extractor with random weights, as a Detector."""
-    from spanlift.platform.evaluation.detectors import Detector
-    from spanlift.platform.evaluation.inception import DETECTOR, FEATURE, _Skeleton
+    from spanlift.platform.detectors.inception import DETECTOR, FEATURE, _Skeleton
+    from spanlift.platform.detectors.registry import Detector
 
     folder = Path(tempfile.mkdtemp())
     empty = folder / "empty.pth"

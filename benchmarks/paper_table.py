@@ -31,9 +31,10 @@ from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.pool import running_evaluators
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.fitting.compare import fit_spec
-from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse
-from spanlift.platform.fitting.teacher import load_or_generate
+from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.ray_runtime import start_ray
+from spanlift.platform.sampling.score import endpoint_rmse
+from spanlift.platform.sampling.teacher import load_or_generate
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.teacher import sweep_seeds
 from spanlift.platform.sweep.trial import reference_set

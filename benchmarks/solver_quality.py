@@ -14,7 +14,7 @@ from pathlib import Path
 from spanlift.backbones import load_backbone
 from spanlift.platform.fitting.compare import compare
 from spanlift.platform.fitting.fit import FitSettings
-from spanlift.platform.fitting.teacher import load_or_generate
+from spanlift.platform.sampling.teacher import load_or_generate
 from spanlift.solvers import SolverSpec
 
 SOLVERS = [

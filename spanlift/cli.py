@@ -65,7 +65,7 @@ def cmd_backbones(args: argparse.Namespace) -> None:
 
 
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> tuple[Any, Any]:
-    from spanlift.platform.fitting.teacher import load_or_generate
+    from spanlift.platform.sampling.teacher import load_or_generate
     from spanlift.seeds import TEST_SEED_OFFSET
 
     train = load_or_generate(args.cache, backbone, range(args.train_samples))
@@ -213,7 +213,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
 DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
 NOWCAST_UNET = "spanlift/backbones/weights/nowcast_unet.pt"
 PAPER_SOLVERS = "all six, spanlift+pooled and spanlift+observed"
-DETECTOR = "spanlift/platform/evaluation/weights/<detector>_detector.pt"
+DETECTOR = "spanlift/platform/detectors/weights/<detector>_detector.pt"
 ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
 
 
@@ -300,13 +300,13 @@ def cmd_nowcast_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_nowcast_eval(args: argparse.Namespace) -> None:
-    from spanlift.platform.evaluation.nowcast_suite import (
+    from spanlift.platform.fitting.fit import FitSettings
+    from spanlift.platform.nowcast_suite import (
         SuiteRequest,
         format_table,
         parse_solvers,
         run_suite,
     )
-    from spanlift.platform.fitting.fit import FitSettings
     from spanlift.platform.tracking.runs import resolve_tracking_uri
     from spanlift.solvers import SolverSpec
 
@@ -357,8 +357,8 @@ def cmd_train_digits(args: argparse.Namespace) -> None:
 
 
 def cmd_train_digits_detector(args: argparse.Namespace) -> None:
-    from spanlift.platform.evaluation.detectors import DIGITS_SPECS
-    from spanlift.platform.evaluation.train_digits_detector import train_digits_detector
+    from spanlift.platform.detectors.registry import DIGITS_SPECS
+    from spanlift.platform.detectors.train_digits_detector import train_digits_detector
 
     spec = DIGITS_SPECS[args.detector]
     out = args.out or spec.weights

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from spanlift.backbones import load_backbone
-from spanlift.platform.fitting.teacher import generate_teacher
+from spanlift.platform.sampling.teacher import generate_teacher
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from spanlift.platform.analysis.halvorsen import (
 )
 from spanlift.platform.analysis.out_of_span import update_out_of_span
 from spanlift.platform.evaluation.diagnostics import spanlift_diagnostics
-from spanlift.platform.fitting.teacher import seed_noise
+from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.solvers import SolverSpec, build_solver, save_solver
 
 # ---------------------------------------------------------------- Halvorsen

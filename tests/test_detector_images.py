@@ -9,13 +9,13 @@ import torch
 from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x
 
 from spanlift.errors import CheckpointError, SettingsError
-from spanlift.platform.evaluation.detectors import load_detector
-from spanlift.platform.evaluation.images import to_uint8_rgb
-from spanlift.platform.evaluation.inception import (
+from spanlift.platform.detectors.images import to_uint8_rgb
+from spanlift.platform.detectors.inception import (
     inception_detector,
     inception_weights,
     torchscript_path,
 )
+from spanlift.platform.detectors.registry import load_detector
 
 
 def test_protocol_maps_like_edm_generate() -> None:

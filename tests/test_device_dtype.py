@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from spanlift.backbones import load_backbone
-from spanlift.platform.fitting.fit import rollout
-from spanlift.platform.fitting.teacher import generate_teacher, teacher_for
+from spanlift.platform.sampling.rollout import rollout
+from spanlift.platform.sampling.teacher import generate_teacher, teacher_for
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
 
 from .conftest import noise_like

@@ -39,8 +39,9 @@ from spanlift.backbones.flux import Flux
 from spanlift.backbones.prompts import read_mjhq
 from spanlift.backbones.sana import Sana
 from spanlift.errors import CheckpointError, DataError, SettingsError
-from spanlift.platform.fitting.fit import FitSettings, fit, rollout
-from spanlift.platform.fitting.teacher import generate_teacher
+from spanlift.platform.fitting.fit import FitSettings, fit
+from spanlift.platform.sampling.rollout import rollout
+from spanlift.platform.sampling.teacher import generate_teacher
 from spanlift.seeds import FID_FIRST_SEED, REFERENCE_FIRST_SEED, TEST_SEED_OFFSET
 from spanlift.solvers import NFECounter, SolverSpec, build_solver
 from spanlift.solvers.euler import Euler

@@ -8,13 +8,13 @@ import torch_fidelity
 from torch.utils.data import Dataset
 
 from spanlift.errors import CheckpointError, UnknownNameError
-from spanlift.platform.evaluation.detectors import load_detector
-from spanlift.platform.evaluation.digits_classifier import load_classifier
-from spanlift.platform.evaluation.digits_detector import SPEC
-from spanlift.platform.evaluation.digits_eval_detector import SPEC as EVAL_SPEC
+from spanlift.platform.detectors.digits_classifier import load_classifier
+from spanlift.platform.detectors.digits_detector import SPEC
+from spanlift.platform.detectors.digits_eval_detector import SPEC as EVAL_SPEC
+from spanlift.platform.detectors.images import to_uint8_rgb
+from spanlift.platform.detectors.registry import load_detector
+from spanlift.platform.detectors.train_digits_detector import accuracy, split
 from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
-from spanlift.platform.evaluation.images import to_uint8_rgb
-from spanlift.platform.evaluation.train_digits_detector import accuracy, split
 
 
 @pytest.fixture(scope="module")

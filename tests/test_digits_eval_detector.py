@@ -12,13 +12,13 @@ import torch
 from spanlift.backbones import load_backbone
 from spanlift.cli import main
 from spanlift.errors import CheckpointError, UnknownNameError
-from spanlift.platform.evaluation import digits_detector
-from spanlift.platform.evaluation.detectors import feature_size, load_detector
-from spanlift.platform.evaluation.digits_classifier import load_classifier
-from spanlift.platform.evaluation.digits_eval_detector import SPEC
+from spanlift.platform.detectors import digits_detector
+from spanlift.platform.detectors.digits_classifier import load_classifier
+from spanlift.platform.detectors.digits_eval_detector import SPEC
+from spanlift.platform.detectors.registry import feature_size, load_detector
+from spanlift.platform.detectors.train_digits_detector import accuracy, split, split_indices
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
-from spanlift.platform.evaluation.train_digits_detector import accuracy, split, split_indices
 
 HELD_OUT_ACCURACY = 0.97  # of the committed weights on this detector's 360 held-out digits
 

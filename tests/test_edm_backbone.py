@@ -12,7 +12,8 @@ from spanlift.backbones import load_backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import CheckpointError, SettingsError
 from spanlift.platform.fitting.fit import FitSettings, fit
-from spanlift.platform.fitting.teacher import generate_teacher, seed_noise
+from spanlift.platform.sampling.rollout import seed_noise
+from spanlift.platform.sampling.teacher import generate_teacher
 from spanlift.solvers import SolverSpec, build_solver
 from spanlift.solvers.base import NFECounter
 from tests.cli_run import spanlift

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 from spanlift.backbones import load_backbone
-from spanlift.platform.evaluation.detectors import load_detector
-from spanlift.platform.fitting.fit import FitSettings, fit, rollout
+from spanlift.platform.detectors.registry import load_detector
+from spanlift.platform.fitting.fit import FitSettings, fit
 from spanlift.platform.fitting.losses import LOSSES
-from spanlift.platform.fitting.teacher import generate_teacher
+from spanlift.platform.sampling.rollout import rollout
+from spanlift.platform.sampling.teacher import generate_teacher
 from spanlift.solvers import SolverSpec, build_solver
 
 

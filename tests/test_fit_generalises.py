@@ -7,13 +7,13 @@ import torch
 from spanlift.errors import CacheError, SettingsError
 from spanlift.platform.fitting.fit import (
     FitSettings,
-    endpoint_rmse,
     fit,
     objective,
     split_validation,
     validation_loss,
 )
-from spanlift.platform.fitting.teacher import generate_teacher, supervision_sigmas, teacher_for
+from spanlift.platform.sampling.score import endpoint_rmse
+from spanlift.platform.sampling.teacher import generate_teacher, supervision_sigmas, teacher_for
 from spanlift.solvers import SolverSpec, build_solver
 
 

@@ -17,12 +17,12 @@ from spanlift.nowcasting.synthetic import write_synthetic_sevir
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.lpips_metric import lpips_state
 from spanlift.platform.evaluation.states import merge_states
-from spanlift.platform.fitting.fit import FitSettings, endpoint_loss, fit, rollout
-from spanlift.platform.fitting.teacher import (
+from spanlift.platform.fitting.fit import FitSettings, endpoint_loss, fit
+from spanlift.platform.sampling.rollout import rollout, seed_noise
+from spanlift.platform.sampling.teacher import (
     TeacherSet,
     generate_teacher,
     read_teacher,
-    seed_noise,
     write_teacher,
 )
 from spanlift.seeds import FID_FIRST_SEED, TEST_SEED_OFFSET

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from spanlift.errors import CacheError, CheckpointError
-from spanlift.platform.fitting import teacher as teacher_module
 from spanlift.platform.fitting.fit import FitSettings, fit
-from spanlift.platform.fitting.teacher import (
+from spanlift.platform.sampling import teacher as teacher_module
+from spanlift.platform.sampling.rollout import seed_noise
+from spanlift.platform.sampling.teacher import (
     DEFAULT_TEACHER,
     load_or_generate,
-    seed_noise,
     teacher_key,
 )
 from spanlift.solvers import SolverSpec, build_solver, read_checkpoint, save_solver

@@ -313,7 +313,7 @@ def cmd_ratio(args: argparse.Namespace) -> None:
     from spanlift.cli import parse_settings
     from spanlift.platform.analysis.chord_ratio import chord_ratio, chord_table, plot_chord_ratio
     from spanlift.platform.analysis.record import metric_key
-    from spanlift.platform.fitting.teacher import DEFAULT_TEACHER, generate_teacher
+    from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, generate_teacher
     from spanlift.solvers import SolverSpec
     from spanlift.solvers.loading import build
     from spanlift.solvers.spanlift import SpanLift
@@ -395,7 +395,7 @@ def cmd_out_of_span(args: argparse.Namespace) -> None:
         update_out_of_span,
     )
     from spanlift.platform.analysis.record import metric_key
-    from spanlift.platform.fitting.teacher import seed_noise
+    from spanlift.platform.sampling.rollout import seed_noise
     from spanlift.solvers import SolverSpec
     from spanlift.solvers.loading import build
 

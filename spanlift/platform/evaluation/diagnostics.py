@@ -26,7 +26,7 @@ from torch import Tensor
 from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError
-from spanlift.platform.fitting.teacher import seed_noise
+from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers.base import Solver, Step
 from spanlift.solvers.spanlift import SpanLift

@@ -21,14 +21,14 @@ from spanlift.backbones.loaded import loaded_backbone
 from spanlift.backbones.nowcast_windows import sample_to_vil
 from spanlift.errors import SettingsError
 from spanlift.nowcasting.scores import contingency_counts
-from spanlift.platform.evaluation.detectors import Detector, load_detector
+from spanlift.platform.detectors.registry import Detector, load_detector
 from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
 from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
 from spanlift.platform.evaluation.states import MeanState, merge_states
-from spanlift.platform.fitting.compare import GRID_COLUMNS, score
-from spanlift.platform.fitting.fit import on_device, rollout
-from spanlift.platform.fitting.teacher import DEFAULT_TEACHER, read_teacher, seed_noise
+from spanlift.platform.sampling.rollout import on_device, rollout, seed_noise
+from spanlift.platform.sampling.score import GRID_COLUMNS, score
+from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, read_teacher
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver

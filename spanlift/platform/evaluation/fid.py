@@ -14,7 +14,7 @@ from typing import Any
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import loaded_backbone
 from spanlift.errors import SettingsError
-from spanlift.platform.evaluation.detectors import feature_size
+from spanlift.platform.detectors.registry import feature_size
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.frechet import FeatureMoments
 from spanlift.platform.evaluation.pool import EvaluatorPool

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from spanlift.errors import MetricUnavailable
-from spanlift.platform.evaluation.images import check_samples
+from spanlift.platform.detectors.images import check_samples
 from spanlift.platform.evaluation.states import MeanState
 
 FILES = ("ImageReward.pt", "med_config.json")

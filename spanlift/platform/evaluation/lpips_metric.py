@@ -19,7 +19,7 @@ from torch import Tensor
 
 from spanlift.errors import CheckpointError, MetricUnavailable
 from spanlift.files import file_sha256
-from spanlift.platform.evaluation.images import check_samples
+from spanlift.platform.detectors.images import check_samples
 from spanlift.platform.evaluation.states import MeanState
 
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"

@@ -14,7 +14,7 @@ from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
 from spanlift.files import file_sha256
 from spanlift.platform.configuration import Configuration, code_version
-from spanlift.platform.evaluation.detectors import DETECTORS
+from spanlift.platform.detectors.registry import DETECTORS
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.fid import file_moments

@@ -4,27 +4,16 @@ A SpanLift whose base is itself learnable (DyWeight) and has no `base_checkpoint
 stages, as in the paper: the base first, then the operator on the frozen fitted base.
 """
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from spanlift.backbones import Backbone
-from spanlift.platform.evaluation.sample_grid import save_sample_grid
-from spanlift.platform.fitting.fit import (
-    FitResult,
-    FitSettings,
-    endpoint_rmse,
-    fit,
-    on_device,
-    rollout,
-)
-from spanlift.platform.fitting.teacher import TeacherSet, teacher_for
+from spanlift.platform.fitting.fit import FitResult, FitSettings, fit
+from spanlift.platform.sampling.sample_grid import save_sample_grid
+from spanlift.platform.sampling.score import score
+from spanlift.platform.sampling.teacher import TeacherSet, teacher_for
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
 from spanlift.solvers.loading import build, is_learnable, on_fitted_base
-
-GRID_COLUMNS = 8
 
 
 @dataclass
@@ -87,58 +76,6 @@ def fit_record(result: FitResult, settings: FitSettings) -> dict:
         "best_iteration": result.best_iteration,
         "fit_seconds": result.seconds,
     }
-
-
-@torch.no_grad()
-def latency_ms(
-    solver: Solver,
-    backbone: Backbone,
-    noise: torch.Tensor,
-    cond: torch.Tensor | None = None,
-    repeats: int = 3,
-) -> float:
-    """Best-of-`repeats` wall time of one rollout of `noise`, per image, in milliseconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        rollout(solver, backbone, noise, cond)
-        times.append(time.perf_counter() - start)
-    return 1000 * min(times) / len(noise)
-
-
-@dataclass(frozen=True)
-class Score:
-    """A solver scored against a teacher set: the comparison's and a sweep trial's numbers."""
-
-    rmse: float
-    nfe: int
-    ms_per_image: float
-
-    def metrics(self) -> dict[str, float]:
-        return {"rmse": self.rmse, "nfe": float(self.nfe), "ms_per_image": self.ms_per_image}
-
-
-@torch.no_grad()
-def score(
-    solver: Solver,
-    backbone: Backbone,
-    test: TeacherSet,
-    images: int = GRID_COLUMNS,
-    device: str | torch.device = "cpu",
-) -> tuple[Score, dict[str, torch.Tensor]]:
-    """Endpoint RMSE on `test`, latency per image over 64 seeds, and the first `images` samples
-    (uint8) of the teacher and of the solver, for a sample grid."""
-    rmse = endpoint_rmse(solver, backbone, test, device=device)
-    first = test.subset(slice(0, 64))
-    noise, cond = first.noise.to(device), on_device(first.cond, device)
-    ms = latency_ms(solver, backbone, noise, cond)
-    shown = first.subset(slice(0, images))
-    endpoints = rollout(solver, backbone, shown.noise.to(device), on_device(shown.cond, device))
-    samples = {
-        "teacher": backbone.to_images(shown.endpoints.to(device)).cpu(),
-        f"{solver.spec.label()} nfe={solver.nfe}": backbone.to_images(endpoints).cpu(),
-    }
-    return Score(rmse, solver.nfe, ms), samples
 
 
 def compare(

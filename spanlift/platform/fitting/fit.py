@@ -35,7 +35,8 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.platform.fitting.losses import LOSSES, check_loss_options
-from spanlift.platform.fitting.teacher import TeacherSet, supervision_sigmas
+from spanlift.platform.sampling.rollout import on_device
+from spanlift.platform.sampling.teacher import TeacherSet, supervision_sigmas
 from spanlift.solvers import Solver
 
 FitState = dict[str, Any]
@@ -143,20 +144,6 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
         return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
-
-
-def rollout(
-    solver: torch.nn.Module,
-    backbone: Backbone,
-    noise: torch.Tensor,
-    cond: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The solver's endpoint from standard normal noise (and the samples' conditioning)."""
-    return solver(conditioned(backbone, cond), backbone.prior(noise))
-
-
-def on_device(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
-    return None if t is None else t.to(device)
 
 
 def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
@@ -370,21 +357,3 @@ def fit(
     result.seconds = time.perf_counter() - start
     result.best_iteration = best["iteration"]
     return result
-
-
-@torch.no_grad()
-def endpoint_rmse(
-    solver: Solver,
-    backbone: Backbone,
-    teacher: TeacherSet,
-    batch_size: int = 256,
-    device: str | torch.device = "cpu",
-) -> float:
-    """sqrt(mean (Φ_S(x_T) − Φ*(x_T))²) over a teacher set."""
-    total = 0.0
-    for start in range(0, len(teacher), batch_size):
-        part = teacher.subset(slice(start, start + batch_size))
-        endpoint = rollout(solver, backbone, part.noise.to(device), on_device(part.cond, device))
-        error = endpoint - part.endpoints.to(device)
-        total += error.square().sum().item()
-    return math.sqrt(total / teacher.endpoints.numel())

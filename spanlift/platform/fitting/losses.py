@@ -63,7 +63,7 @@ def mse(decode: Decode) -> LossFn:
 
 def feature_mse(detector_name: str, decode: Decode) -> LossFn:
     """ℓ = mean over samples and features of (φ(D(x̂)) − φ(D(x*)))², φ the named FID detector."""
-    from spanlift.platform.evaluation.detectors import load_detector  # torch-fidelity: on demand
+    from spanlift.platform.detectors.registry import load_detector  # torch-fidelity: on demand
 
     with tempfile.TemporaryDirectory() as folder:  # Inception's one-off weight conversion
         detector = load_detector(detector_name, Path(folder))

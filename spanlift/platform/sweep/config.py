@@ -240,7 +240,7 @@ def _use_gpu(reader: _Reader) -> bool | str:
 
 
 def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
-    from spanlift.platform.evaluation.detectors import DETECTORS
+    from spanlift.platform.detectors.registry import DETECTORS
     from spanlift.platform.evaluation.reference import read_statistics
     from spanlift.platform.evaluation.run_eval import METRICS
 

@@ -19,12 +19,12 @@ from tqdm import tqdm
 
 from spanlift.backbones import Backbone, load_backbone
 from spanlift.errors import CacheError
-from spanlift.platform.fitting.teacher import (
+from spanlift.platform.sampling.rollout import seed_noise
+from spanlift.platform.sampling.teacher import (
     TeacherSet,
     cache_metadata,
     generate_teacher,
     requested_sigmas,
-    seed_noise,
     supervision_sigmas,
     teacher_folder,
     teacher_key,

@@ -19,7 +19,7 @@ import torch
 from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
 from spanlift.platform.fitting.fit import FitSettings, FitState, fit
-from spanlift.platform.fitting.teacher import read_teacher
+from spanlift.platform.sampling.teacher import read_teacher
 from spanlift.solvers import SolverSpec, build_solver, save_solver
 
 STATE_FILE = "fit_state.pt"

@@ -35,9 +35,9 @@ from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
-from spanlift.platform.evaluation.sample_grid import save_sample_grid
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
-from spanlift.platform.fitting.teacher import supervision_sigmas
+from spanlift.platform.sampling.sample_grid import save_sample_grid
+from spanlift.platform.sampling.teacher import supervision_sigmas
 from spanlift.platform.sweep.config import SolverEntry, SweepConfig
 from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
 from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker

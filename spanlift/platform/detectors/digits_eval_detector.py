@@ -15,7 +15,7 @@ on its last 1 437 (among them the 360 the `digits` detector holds out).
 
 from torch import Tensor, nn
 
-from spanlift.platform.evaluation.digits_classifier import (
+from spanlift.platform.detectors.digits_classifier import (
     DigitsDetectorSpec,
     DigitsFeatureExtractor,
 )

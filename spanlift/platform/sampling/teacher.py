@@ -35,6 +35,7 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import CacheError, SettingsError
 from spanlift.files import file_sha256
+from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.solvers import SOLVERS, Solver, SolverSpec, build_solver
 
 FORMAT = "spanlift-teacher/2"
@@ -103,13 +104,6 @@ class TeacherSet:
                 "this teacher set has none"
             )
         return self.observed
-
-
-def seed_noise(seeds: Sequence[int], shape: Sequence[int]) -> Tensor:
-    """Standard normal noise, one independent generator per seed."""
-    return torch.stack(
-        [torch.randn(*shape, generator=torch.Generator().manual_seed(int(s))) for s in seeds]
-    )
 
 
 SIGMA_DIGITS = 9

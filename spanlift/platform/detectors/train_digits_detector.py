@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from spanlift.backbones.digits import digits_dataset
-from spanlift.platform.evaluation.digits_classifier import IMAGE_SIZE, DigitsDetectorSpec
+from spanlift.platform.detectors.digits_classifier import IMAGE_SIZE, DigitsDetectorSpec
 
 MAX_NOISE = 0.2
 TRAIN_FRACTION = 0.8

@@ -37,9 +37,11 @@ from spanlift.platform.evaluation.pool import running_evaluators
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.fitting.compare import fit_spec
-from spanlift.platform.fitting.fit import FitSettings, endpoint_rmse, rollout
-from spanlift.platform.fitting.teacher import load_or_generate, seed_noise
+from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.ray_runtime import start_ray
+from spanlift.platform.sampling.rollout import rollout, seed_noise
+from spanlift.platform.sampling.score import endpoint_rmse
+from spanlift.platform.sampling.teacher import load_or_generate
 from spanlift.platform.tracking.runs import (
     CODE_TAG,
     ConfigurationRuns,

@@ -12,7 +12,7 @@ first 1 437 (`DigitsDetectorSpec`).
 
 from torch import nn
 
-from spanlift.platform.evaluation.digits_classifier import (
+from spanlift.platform.detectors.digits_classifier import (
     DigitsDetectorSpec,
     DigitsFeatureExtractor,
 )

@@ -21,9 +21,9 @@ from torch import Tensor
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 
 from spanlift.files import file_sha256
-from spanlift.platform.evaluation import digits_detector, digits_eval_detector, inception
-from spanlift.platform.evaluation.digits_classifier import DigitsFeatureExtractor
-from spanlift.platform.evaluation.images import to_uint8_rgb
+from spanlift.platform.detectors import digits_detector, digits_eval_detector, inception
+from spanlift.platform.detectors.digits_classifier import DigitsFeatureExtractor
+from spanlift.platform.detectors.images import to_uint8_rgb
 from spanlift.registry import Registry
 
 # (extractor, float pixels in [0, 255], [N, 3, H, W]) → [N, D] features, with gradients.
