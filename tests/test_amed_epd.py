@@ -95,7 +95,11 @@ def interleaved_midpoints(sigmas):
     return torch.stack([*grid, sigmas[-1]])
 
 
-@pytest.mark.parametrize("base", ["euler", "ipndm", "dyweight"])
+PLUGIN_BASES = ["euler", "ipndm", "dyweight", "dlms", "dpm_solver_pp", "unipc"]
+"""Every registered solver that spends one evaluation per step on the grid it is handed."""
+
+
+@pytest.mark.parametrize("base", PLUGIN_BASES)
 @pytest.mark.parametrize("afs", [False, True])
 @pytest.mark.parametrize("schedule", ["edm", "edm_to_zero"])
 def test_untrained_amed_plugin_is_its_base_on_the_midpoint_grid(gmm64, base, afs, schedule):
@@ -147,9 +151,7 @@ def test_untrained_epd_plugin_predicts_with_its_base(gmm64):
 def nfe_cases():
     plain = [("amed", {}), ("epd", {}), ("epd", {"points": 3})]
     plugins = [
-        (name, {"base": base})
-        for name in ("amed_plugin", "epd_plugin")
-        for base in ("euler", "ipndm", "dyweight")
+        (name, {"base": base}) for name in ("amed_plugin", "epd_plugin") for base in PLUGIN_BASES
     ]
     for afs in (False, True):
         for name, settings in plain:
