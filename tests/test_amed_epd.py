@@ -95,7 +95,11 @@ def interleaved_midpoints(sigmas):
     return torch.stack([*grid, sigmas[-1]])
 
 
-@pytest.mark.parametrize("base", ["euler", "ipndm", "dyweight"])
+PLUGIN_BASES = ["euler", "ipndm", "dyweight", "dlms", "dpm_solver_pp", "unipc"]
+"""Every registered solver that spends one evaluation per step on the grid it is handed."""
+
+
+@pytest.mark.parametrize("base", PLUGIN_BASES)
 @pytest.mark.parametrize("afs", [False, True])
 @pytest.mark.parametrize("schedule", ["edm", "edm_to_zero"])
 def test_untrained_amed_plugin_is_its_base_on_the_midpoint_grid(gmm64, base, afs, schedule):
@@ -147,9 +151,7 @@ def test_untrained_epd_plugin_predicts_with_its_base(gmm64):
 def nfe_cases():
     plain = [("amed", {}), ("epd", {}), ("epd", {"points": 3})]
     plugins = [
-        (name, {"base": base})
-        for name in ("amed_plugin", "epd_plugin")
-        for base in ("euler", "ipndm", "dyweight")
+        (name, {"base": base}) for name in ("amed_plugin", "epd_plugin") for base in PLUGIN_BASES
     ]
     for afs in (False, True):
         for name, settings in plain:
@@ -236,8 +238,11 @@ def test_trajectory_is_the_coarse_grid(gmm, name):
         ("epd", {"r_init": [0.5]}, "r_init"),
         ("epd", {"r_init": [0.5, 1.0]}, "r_init"),
         ("epd", {"scale_init": 0}, "scale_init"),
-        ("amed_plugin", {"base": "heun"}, "euler, ipndm, dyweight"),
-        ("epd_plugin", {"base": "spanlift"}, "euler, ipndm, dyweight"),
+        ("amed_plugin", {"base": "heun"}, "one evaluation per step"),
+        ("epd_plugin", {"base": "amed"}, "one evaluation per step"),
+        ("epd_plugin", {"base": "spanlift", "base_settings": {"base": "heun"}}, "one evaluation"),
+        ("amed_plugin", {"base": "s4s_alt"}, "learns its own grid"),
+        ("epd_plugin", {"base": "ld3"}, "learns its own grid"),
         ("amed_plugin", {"base_settings": {"afs": True}}, "afs"),
         ("epd_plugin", {"base_settings": {"stride": 2}}, "stride"),
         ("epd_plugin", {"base_settings": {"order": 9}}, "order"),

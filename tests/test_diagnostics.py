@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from spanlift.errors import SettingsError
+from spanlift.platform.analysis.out_of_span import update_out_of_span
 from spanlift.platform.evaluation.diagnostics import (
     diagnostics_table,
     out_of_span_ratio,
@@ -12,6 +13,7 @@ from spanlift.platform.evaluation.diagnostics import (
     spanlift_diagnostics,
 )
 from spanlift.solvers import SolverSpec, build_solver
+from spanlift.solvers.schedules import SCHEDULES
 
 
 @pytest.fixture
@@ -85,3 +87,31 @@ def test_diagnostics_need_a_spanlift(gmm) -> None:
     euler = build_solver(SolverSpec("euler", 3), gmm.sigma_min, gmm.sigma_max, gmm.shape[0])
     with pytest.raises(SettingsError, match="diagnostics need a SpanLift solver, got euler"):
         spanlift_diagnostics(euler, gmm, torch.zeros(2, *gmm.shape))
+
+
+def moved_grid(solver) -> torch.Tensor:
+    """Move a learned grid's logits off their initial values; the solver's σ_0 … σ_N after."""
+    grid = solver.grid
+    noise = torch.randn(grid.logits.shape, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        grid.logits.add_(0.5 * noise.to(grid.logits.dtype))
+    return grid().detach()
+
+
+@pytest.mark.parametrize(
+    ("name", "settings"),
+    [("ld3", {"base": "ipndm"}), ("s4s_alt", {}), ("spanlift", {"base": "s4s_alt"})],
+)
+def test_per_step_sigma_is_the_learned_grid(gmm, name, settings) -> None:
+    """The span diagnostics and `analyze out-of-span` report the σ a learned grid steps on, not
+    the schedule's grid it started from."""
+    solver = build_solver(SolverSpec(name, 4, settings=settings), gmm.sigma_min, gmm.sigma_max, 1)
+    learned = moved_grid(solver if name == "s4s_alt" else solver.base)  # who holds it
+    initial = SCHEDULES.get("edm")(4, gmm.sigma_min, gmm.sigma_max)
+    assert not torch.allclose(learned, initial), "the perturbation must move the grid"
+    noise = torch.randn(8, *gmm.shape, generator=torch.Generator().manual_seed(0))
+    table = update_out_of_span(solver, gmm, noise)
+    assert table["sigma"].tolist() == pytest.approx(learned[:-1].tolist(), rel=1e-12)
+    if name == "spanlift":
+        steps = spanlift_diagnostics(solver, gmm, noise)
+        assert [s.sigma for s in steps] == pytest.approx(learned[:-1].tolist(), rel=1e-12)

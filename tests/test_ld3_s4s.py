@@ -17,7 +17,8 @@ from spanlift.solvers import (
 )
 from spanlift.solvers.checkpoint import load_solver_state
 from spanlift.solvers.dlms import DLMS
-from spanlift.solvers.ld3 import GRID_FOLLOWERS, LD3, LearnedGrid
+from spanlift.solvers.grid import LearnedGrid
+from spanlift.solvers.ld3 import LD3
 from spanlift.solvers.s4s_alt import S4SAlt
 from spanlift.solvers.schedules import SCHEDULES
 
@@ -51,6 +52,9 @@ LD3_CASES = [
     ("dpm_solver_pp", {"order": 2}, "edm"),
     ("dpm_solver_pp", {"order": 3}, "logsnr"),
     ("dpm_solver_pp", {"order": 3, "afs": True}, "edm_to_zero"),
+    ("unipc", {"order": 3}, "edm"),
+    ("unipc", {"order": 2, "afs": True}, "logsnr"),
+    ("unipc", {"order": 3}, "edm_to_zero"),
 ]
 
 
@@ -87,15 +91,20 @@ def test_untrained_s4s_alt_and_dlms_are_ipndm(gmm, gmm64, order, afs, schedule):
         assert torch.equal(endpoint(dlms, backbone, x), ipndm), "DLMS keeps iPNDM's exact grid"
 
 
-@pytest.mark.parametrize("base", sorted(GRID_FOLLOWERS))
+LD3_BASES = sorted(set(SOLVERS.names()) - {"ld3"})
+
+
+@pytest.mark.parametrize("base", LD3_BASES)
 def test_ld3_base_runs_on_the_learned_grid(gmm64, base):
     """After the grid moves, LD3 is its base built directly on the moved grid: every σ the base
-    reads comes from the learned grid (a base reading its fixed buffer would fail here)."""
+    reads comes from the learned grid (a base reading a fixed copy would fail here)."""
     nfe = 5 if base == "heun" else 4
-    ld3 = build(gmm64, "ld3", nfe, base=base)
+    ld3 = build(gmm64, "ld3", nfe, base=base).double()  # the base's own parameters too
+    initial = ld3.sigmas.detach().clone()
     perturb(ld3.base.grid, seed=1, scale=0.5)
     moved = ld3.base.grid().detach()
-    assert not torch.allclose(moved, ld3.sigmas), "the perturbation must move the grid"
+    assert not torch.allclose(moved, initial), "the perturbation must move the grid"
+    torch.testing.assert_close(ld3.sigmas.detach(), moved, atol=0, rtol=0)
     plain = SOLVERS.get(base).build(moved, 1).double()
     x = gmm64.prior(noise_like(gmm64, 4, dtype=torch.float64))
     torch.testing.assert_close(
@@ -139,12 +148,13 @@ def test_learned_grid_stays_valid_under_optimisation(gmm):
     ld3 = build(gmm, "ld3", 6)
     optimizer = torch.optim.SGD(ld3.base.grid.parameters(), lr=100.0)  # deliberately huge steps
     x = gmm.prior(noise_like(gmm, 2))
+    initial = ld3.sigmas.detach().clone()
     for _ in range(2):
         optimizer.zero_grad()
         ld3(gmm.denoise, x).square().mean().backward()
         optimizer.step()
         grid = ld3.base.grid().detach()
-        assert grid[0] == ld3.sigmas[0] and grid[-1] == ld3.sigmas[-1]
+        assert grid[0] == initial[0] and grid[-1] == initial[-1]
         assert (grid[1:] < grid[:-1]).all()
 
 
@@ -180,13 +190,13 @@ def test_checkpoint_state_restores_the_learned_grid(gmm):
         (
             "ld3",
             {"base": "dyweight"},
-            {"sigmas", "base.sigmas", "base.weights", "base.log_time_scale", "base.mask"}
+            {"base.weights", "base.log_time_scale", "base.mask"}
             | {"base.grid.ends", "base.grid.floor", "base.grid.logits"},
         ),
         (
             "s4s_alt",
             {"order": 3},
-            {"sigmas", "coefficients", "grid.ends", "grid.floor", "grid.logits"},
+            {"coefficients", "grid.ends", "grid.floor", "grid.logits"},
         ),
     ],
 )
@@ -262,7 +272,7 @@ def test_supervision_and_slack(gmm):
 
 NFE_CASES = [
     ("ld3", nfe, {"base": base, "base_settings": {"afs": afs}})
-    for base in ("euler", "ipndm", "dpm_solver_pp", "dyweight", "dlms")
+    for base in ("euler", "ipndm", "dpm_solver_pp", "unipc", "dyweight", "dlms")
     for afs in (False, True)
     for nfe in (2, 5)
 ] + [
@@ -309,11 +319,16 @@ def test_bad_settings_are_refused(gmm, name, settings, message):
         build(gmm, name, 4, **settings)
 
 
-@pytest.mark.parametrize("base", sorted(set(SOLVERS.names()) - GRID_FOLLOWERS))
-def test_every_other_registered_base_is_refused(gmm, base):
-    """A base not checked to read σ through `sigma(i)` would silently ignore the learned grid."""
-    with pytest.raises(SettingsError, match="does not read every σ"):
-        build(gmm, "ld3", 4, base=base)
+def test_ld3_is_not_its_own_base(gmm):
+    with pytest.raises(SettingsError, match="ld3 cannot be its own base"):
+        build(gmm, "ld3", 4, base="ld3")
+
+
+def test_ld3_over_s4s_alt_learns_one_grid(gmm):
+    ld3 = build(gmm, "ld3", 4, base="s4s_alt")
+    assert ld3.grid is ld3.base.grid, "one learned grid, read by both"
+    trainable = [name for name, p in ld3.named_parameters() if p.requires_grad]
+    assert trainable == ["base.grid.logits"], "the base's coefficients are frozen"
 
 
 def test_unknown_base_names_the_known_ones(gmm):

@@ -38,10 +38,13 @@ def cases():
         for afs in (False, True):
             nfe = 5 if base == "heun" and not afs else 4
             yield "spanlift", nfe, {"base": base, "base_settings": {"afs": afs}, "hidden_dim": 8}
-    for base in ("euler", "heun", "ipndm", "dyweight", "dpm_solver_pp", "dlms"):
+    for base in ("euler", "heun", "ipndm", "dyweight", "dpm_solver_pp", "unipc", "dlms", "s4s_alt"):
         for afs in (False, True):
             nfe = 5 if base == "heun" and not afs else 4
             yield "ld3", nfe, {"base": base, "base_settings": {"afs": afs}}
+    for base in ("amed", "epd", "amed_plugin", "epd_plugin"):
+        for afs in (False, True):
+            yield "ld3", 3 if afs else 4, {"base": base, "base_settings": {"afs": afs}}
 
 
 @pytest.mark.parametrize(("name", "nfe", "settings"), list(cases()))

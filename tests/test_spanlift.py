@@ -101,11 +101,13 @@ def test_spanlift_steps_on_its_base_learned_grid(gmm, base, base_settings):
     base, not a SpanLift over the fixed grid; its features ξ read the moved grid too."""
     lifted = build(gmm, "spanlift", nfe=4, base=base, base_settings=base_settings, hidden_dim=8)
     grid = lifted.base.grid if base == "s4s_alt" else lifted.base.base.grid
+    initial = lifted.sigmas.detach().clone()
     noise = torch.randn(grid.logits.shape, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         grid.logits.add_(0.5 * noise.to(grid.logits.dtype))
     moved = grid().detach()
-    assert not torch.allclose(moved, lifted.sigmas), "the perturbation must move the grid"
+    assert not torch.allclose(moved, initial), "the perturbation must move the grid"
+    assert torch.equal(lifted.sigmas, moved), "SpanLift's σ are its base's learned grid"
     fixed = build(gmm, "spanlift", nfe=4, base=base, base_settings=base_settings, hidden_dim=8)
     x = gmm.prior(noise_like(gmm, 4))
     with torch.no_grad():

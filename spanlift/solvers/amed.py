@@ -11,10 +11,13 @@ spanlift's backbones do not expose; here g_φ is a small MLP on the step's time 
 r_i = `r_init` (0.5) and c_i = `scale_init` (1): the analytic geometric-midpoint solver
 (DPM-Solver-2's midpoint, in σ-form).
 
-AMED-Plugin runs a base multistep solver over the interleaved grid σ_0, s_0, σ_1, s_1, …, σ_N
-(2N sub-steps, its history holding the intermediate evaluations too) and scales the direction of
-the sub-step that lands on σ_{i+1} by c_i. Untrained, it is the base on the fixed geometric-midpoint
-grid. A base with parameters (dyweight) is trained together with g_φ.
+AMED-Plugin runs a base solver over the interleaved grid σ_0, s_0, σ_1, s_1, …, σ_N (2N sub-steps,
+its history holding the intermediate evaluations too) and scales the direction of the sub-step that
+lands on σ_{i+1} by c_i. The base is built on that grid (`InterleavedGrid`, recomputed from g_φ at
+every read), so it steps on it as on any grid. Untrained, it is the base on the fixed
+geometric-midpoint grid. A base with parameters (dyweight) is trained together with g_φ. A base
+must spend one evaluation per step (its direction calls no model: not Heun, AMED, EPD) and step on
+the grid it is handed (not a solver that learns its own, LD3 or S4S-Alt).
 
 NFE: two evaluations per step, 2N − 1 with AFS (the first d_0 analytic). A last step to σ = 0
 (schedule `edm_to_zero`) has no intermediate point: AMED takes an Euler step (x_N = D), the plugin
@@ -27,7 +30,6 @@ points, the plugin's base) live here.
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -36,13 +38,10 @@ from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History, Solver, Step
+from spanlift.solvers.grid import Grid
+from spanlift.solvers.on_base import build_base
 from spanlift.solvers.operators import check_positive
 from spanlift.solvers.registry import SOLVERS
-from spanlift.solvers.spec import check_settings
-
-PLUGIN_BASES = ("euler", "ipndm", "dyweight")
-"""Bases a plugin can run on: one evaluation per step and a direction that calls no model (not
-Heun); the solvers whose update reads logSNR (dpm_solver_pp, unipc) are not supported."""
 
 
 def check_fraction(solver: str, name: str, value: float) -> float:
@@ -86,7 +85,7 @@ class IntermediatePointSolver(Solver):
 
     supervision: ClassVar[str] = "trajectory"
 
-    def __init__(self, sigmas: Tensor, afs: bool = False) -> None:
+    def __init__(self, sigmas: Tensor | Grid, afs: bool = False) -> None:
         super().__init__(sigmas, afs)
         self.to_zero = bool(self.sigmas[-1] == 0)
 
@@ -129,7 +128,7 @@ class AMED(IntermediatePointSolver):
 
     def __init__(
         self,
-        sigmas: Tensor,
+        sigmas: Tensor | Grid,
         afs: bool = False,
         hidden_dim: int = 32,
         r_init: float = 0.5,
@@ -142,43 +141,55 @@ class AMED(IntermediatePointSolver):
         d = history[0].derivative
         if i == self.intermediate_steps:  # the last step to σ = 0: Euler, x_N = D
             return d
-        r, c = self.g(self.sigmas[i], self.sigmas[i + 1])
-        s = geometric(self.sigmas[i], self.sigmas[i + 1], r)
-        d_s = derivatives_at(denoiser, x, self.sigma(i, x), d, s.reshape(1))[0]
+        sigma, sigma_next = self.sigmas[i : i + 2]
+        r, c = self.g(sigma, sigma_next)
+        s = geometric(sigma, sigma_next, r)
+        d_s = derivatives_at(denoiser, x, sigma.to(x.dtype), d, s.reshape(1))[0]
         return c.to(x.dtype) * d_s
 
 
 def plugin_base(
-    solver: str, base: str, sigmas: Tensor, afs: bool, settings: dict[str, Any] | None
+    solver: str,
+    base: str,
+    grid: Grid,
+    channels: int,
+    afs: bool,
+    settings: dict[str, Any] | None,
 ) -> Solver:
-    """A plugin's base multistep solver on `sigmas`; AFS is the plugin's own setting."""
-    if base not in PLUGIN_BASES:
-        raise SettingsError(
-            f"{solver} base must be one of {', '.join(PLUGIN_BASES)} "
-            f"(one evaluation per step, a direction without model calls), got {base!r}"
-        )
+    """A plugin's base, trained with it, on `grid`; AFS is the plugin's own setting. The base must
+    spend one evaluation per step and step on the grid it is handed."""
     settings = dict(settings or {})
     if "afs" in settings:
         raise SettingsError(f"{solver}: set afs on {solver} itself, not in base_settings")
-    check_settings(base, settings)
-    return SOLVERS.get(base)(sigmas, afs=afs, **settings)
-
-
-@contextmanager
-def on_grid(solver: Solver, sigmas: Tensor) -> Iterator[Solver]:
-    """`solver` reading `sigmas` (same length, may carry gradients) as its grid; restored on exit."""
-    fixed = solver.sigmas
-    solver.sigmas = sigmas
-    try:
-        yield solver
-    finally:
-        solver.sigmas = fixed
+    if SOLVERS.get(base).nfe_for_steps(2, settings) != 2:
+        raise SettingsError(
+            f"{solver} base must spend one evaluation per step (a direction without model "
+            f"calls), got {base!r}"
+        )
+    if afs:
+        settings["afs"] = True
+    built = build_base(solver, base, grid, channels, settings, trainable=True)
+    if built.grid is not grid:
+        raise SettingsError(f"{solver} base must step on the grid it is handed; {base} does not")
+    return built
 
 
 def interleaved(sigmas: Tensor, points: Tensor) -> Tensor:
     """σ_0, s_0, σ_1, s_1, …, σ_{M−1}, s_{M−1}, σ_M, …, σ_N for the M levels s in `points`."""
     m = len(points)
     return torch.cat([torch.stack([sigmas[:m], points], dim=1).flatten(), sigmas[m:]])
+
+
+class InterleavedGrid(Grid):
+    """The plugin's σ_0, s_0, σ_1, …, σ_N, recomputed from its grid and g_φ at every read
+    (differentiable in φ). It reads the plugin, which owns both: no second copy in the state."""
+
+    def __init__(self, plugin: "AMEDPlugin") -> None:
+        super().__init__()
+        object.__setattr__(self, "plugin", plugin)  # a reference, not a registered child
+
+    def forward(self) -> Tensor:
+        return self.plugin.fine_grid()[0]
 
 
 @SOLVERS.register("amed_plugin")
@@ -189,7 +200,8 @@ class AMEDPlugin(IntermediatePointSolver):
 
     def __init__(
         self,
-        sigmas: Tensor,
+        sigmas: Tensor | Grid,
+        channels: int = 1,
         base: str = "ipndm",
         base_settings: dict[str, Any] | None = None,
         afs: bool = False,
@@ -199,17 +211,16 @@ class AMEDPlugin(IntermediatePointSolver):
     ) -> None:
         super().__init__(sigmas, afs)
         self.g = StepNetwork(self.name, hidden_dim, r_init, scale_init)
-        with torch.no_grad():
-            fine = self.fine_grid()[0]
-        self.base = plugin_base(self.name, base, fine, afs, base_settings)
+        grid = InterleavedGrid(self)
+        self.base = plugin_base(self.name, base, grid, channels, afs, base_settings)
         self.buffer_size = self.base.buffer_size
 
     def fine_grid(self) -> tuple[Tensor, Tensor]:
         """The interleaved grid σ_0, s_0, σ_1, …, σ_N and the scales c_0 … c_{M−1}, both
         differentiable in φ. σ_i is point 2i of the interleaved grid."""
-        m = self.intermediate_steps
-        r, c = self.g(self.sigmas[:m], self.sigmas[1 : m + 1])
-        return interleaved(self.sigmas, geometric(self.sigmas[:m], self.sigmas[1 : m + 1], r)), c
+        m, sigmas = self.intermediate_steps, self.sigmas
+        r, c = self.g(sigmas[:m], sigmas[1 : m + 1])
+        return interleaved(sigmas, geometric(sigmas[:m], sigmas[1 : m + 1], r)), c
 
     def substep(
         self, j: int, x: Tensor, history: History, denoiser: Denoiser, scale: Tensor | None = None
@@ -224,16 +235,15 @@ class AMEDPlugin(IntermediatePointSolver):
     def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
         """Coarse steps σ_i → σ_{i+1}, each two base sub-steps (via s_i); Δ_i = (x_{i+1} − x_i)/h_i
         and the history is the one at σ_i."""
-        fine, scales = self.fine_grid()
-        with on_grid(self.base, fine):
-            history: History = []
-            for i in range(self.num_steps):
-                x_i = x
-                x, history = self.substep(2 * i, x, history, denoiser)
-                at_sigma_i = history
-                if i < self.intermediate_steps:
-                    x, history = self.substep(2 * i + 1, x, history, denoiser, scales[i])
-                yield Step(i, x_i, at_sigma_i, (x - x_i) / self.step_size(i, x), x)
+        scales = self.fine_grid()[1]
+        history: History = []
+        for i in range(self.num_steps):
+            x_i = x
+            x, history = self.substep(2 * i, x, history, denoiser)
+            at_sigma_i = history
+            if i < self.intermediate_steps:
+                x, history = self.substep(2 * i + 1, x, history, denoiser, scales[i])
+            yield Step(i, x_i, at_sigma_i, (x - x_i) / self.step_size(i, x), x)
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
         raise NotImplementedError(

@@ -11,6 +11,7 @@ With the analytical first step (AFS) the first derivative is d_0 = x_0 / sqrt(1 
 costs no evaluation. NFE is counted by `count_nfe`, never assumed.
 """
 
+import inspect
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+
+from spanlift.solvers.grid import FixedGrid, Grid, as_grid
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]
 
@@ -58,9 +61,10 @@ class Solver(nn.Module):
     fit matches it against (see SUPERVISIONS); `input_slack` > 0 lets a fit move each training
     noise within a ball of that relative radius (LD3's soft teacher loss).
 
-    `grid` is an optional learned grid: a module whose call returns σ_0 … σ_N (differentiable).
-    When one is attached (LD3 on its base, S4S-Alt on itself) `sigma(i)` reads it instead of the
-    fixed `sigmas` buffer, which then keeps only the initial grid (its ends and its step count).
+    `grid` is always a `Grid` module: the solver is built on σ (a tensor, kept as a `FixedGrid`)
+    or handed a grid module (a `LearnedGrid`, a plugin's interleaved grid), and steps on it. Every
+    σ is read through `sigmas`, the grid's current σ_0 … σ_N (differentiable when learned), or
+    `sigma(i, like)`; the grid's length and ends never change.
     """
 
     name: ClassVar[str]
@@ -68,16 +72,23 @@ class Solver(nn.Module):
     supervision: ClassVar[str] = "endpoint"
     input_slack: float = 0.0
 
-    def __init__(self, sigmas: Tensor, afs: bool = False) -> None:
+    def __init__(self, sigmas: Tensor | Grid, afs: bool = False) -> None:
         super().__init__()
-        self.register_buffer("sigmas", torch.as_tensor(sigmas, dtype=torch.float64))
-        self.grid: nn.Module | None = None  # assigning a module registers it (state_dict, training)
+        self.grid = as_grid(sigmas)
         self.afs = afs
 
     @classmethod
-    def build(cls, sigmas: Tensor, channels: int, **settings: Any) -> "Solver":
-        """Construct from a σ grid; `channels` is the data's channel count (used by operators)."""
+    def build(cls, sigmas: Tensor | Grid, channels: int, **settings: Any) -> "Solver":
+        """Construct on a σ grid (or a grid module); `channels`, the data's channel count, reaches
+        the constructors that take it (operators, and solvers that build a base)."""
+        if "channels" in inspect.signature(cls).parameters:
+            settings = {**settings, "channels": channels}
         return cls(sigmas, **settings)
+
+    @property
+    def sigmas(self) -> Tensor:
+        """σ_0 … σ_N the solver steps on: its grid's current values (read-only)."""
+        return self.grid()
 
     @classmethod
     def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
@@ -95,9 +106,8 @@ class Solver(nn.Module):
         return self.nfe_for_steps(self.num_steps, {"afs": self.afs}, bool(self.sigmas[-1] == 0))
 
     def sigma(self, i: int, like: Tensor) -> Tensor:
-        """σ_i in `like`'s dtype: from the learned `grid` when one is attached, else `sigmas`."""
-        sigmas = self.sigmas if self.grid is None else self.grid()
-        return sigmas[i].to(like.dtype)
+        """σ_i in `like`'s dtype."""
+        return self.sigmas[i].to(like.dtype)
 
     def step_size(self, i: int, like: Tensor) -> Tensor:
         return self.sigma(i + 1, like) - self.sigma(i, like)
@@ -127,6 +137,15 @@ class Solver(nn.Module):
         """Parameters a fit leaves unchanged at `iteration` (alternating schemes); none here."""
         return []
 
+    def _load_from_state_dict(self, state: dict[str, Any], prefix: str, *args: Any) -> None:
+        """Reads checkpoints written when the grid was the buffer `sigmas`: it becomes the fixed
+        grid's `grid.sigmas`; a learned or borrowed grid keeps its own state instead."""
+        legacy = state.pop(prefix + "sigmas", None)
+        owned = self._modules.get("grid")
+        if legacy is not None and isinstance(owned, FixedGrid):
+            state.setdefault(prefix + "grid.sigmas", legacy)
+        super()._load_from_state_dict(state, prefix, *args)
+
     def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
         """The rollout from x at σ_max, one step at a time."""
         history: History = []
@@ -149,6 +168,13 @@ class Solver(nn.Module):
         for step in self.steps(denoiser, x):
             x = step.x_next
         return x
+
+
+def derivative_sum(weights: Tensor, history: History) -> Tensor:
+    """Σ_j w_j d_{i−j}: the weighted sum of the history's derivatives (newest first), weights
+    cast to their dtype; weights past the history's length (the first steps) are not read."""
+    dtype = history[0].derivative.dtype
+    return sum(w * p.derivative for w, p in zip(weights.to(dtype), history, strict=False))
 
 
 class NFECounter:

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.grid import Grid
 from spanlift.solvers.ipndm import check_order
 from spanlift.solvers.logsnr import as_direction, half_logsnr, order_at
 from spanlift.solvers.registry import SOLVERS
@@ -32,7 +33,11 @@ class DPMSolverPP(Solver):
     name = "dpm_solver_pp"
 
     def __init__(
-        self, sigmas: Tensor, afs: bool = False, order: int = 3, lower_order_final: bool = True
+        self,
+        sigmas: Tensor | Grid,
+        afs: bool = False,
+        order: int = 3,
+        lower_order_final: bool = True,
     ) -> None:
         super().__init__(sigmas, afs)
         self.buffer_size = check_order(order, 3, "dpm_solver_pp")

@@ -10,7 +10,8 @@ the model is told at step i. One NFE per step, like the iPNDM it starts from.
 import torch
 from torch import Tensor, nn
 
-from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.base import Denoiser, History, Solver, derivative_sum
+from spanlift.solvers.grid import Grid
 from spanlift.solvers.ipndm import ADAMS_BASHFORTH, check_order, ipndm_weights
 from spanlift.solvers.registry import SOLVERS
 
@@ -21,7 +22,7 @@ class DyWeight(Solver):
 
     name = "dyweight"
 
-    def __init__(self, sigmas: Tensor, afs: bool = False, order: int = 3) -> None:
+    def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:
         super().__init__(sigmas, afs)
         self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), "dyweight")
         self.weights = nn.Parameter(ipndm_weights(self.num_steps, order).float())
@@ -33,5 +34,4 @@ class DyWeight(Solver):
         return self.sigma(i, like) * self.log_time_scale[i].to(like.dtype).exp()
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
-        row = (self.weights[i] * self.mask[i]).to(x.dtype)
-        return sum(row[j] * p.derivative for j, p in enumerate(history))
+        return derivative_sum(self.weights[i] * self.mask[i], history)

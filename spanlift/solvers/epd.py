@@ -6,7 +6,7 @@ Models"): each step evaluates d_i at σ_i, then K (`points`) derivatives at inte
 
 r_{i,k} = sigmoid(ρ_{i,k}), λ_i = softmax(ℓ_i) (a simplex), c_i = e^{γ_i} > 0: per-step tables, as in
 EPD (no network). Δ_i^base is d_i for EPD-Solver; for EPD-Plugin it is the base multistep solver's
-direction (iPNDM by default) over the grid derivatives d_i, d_{i−1}, … (as in EPD's plugin, the
+direction (iPNDM by default; any base AMED-Plugin takes) over the grid derivatives d_i, d_{i−1}, … (as in EPD's plugin, the
 intermediate evaluations are not buffered). A base with parameters (dyweight) is trained too.
 
 The K states go through one denoiser call on a K-fold batch with a per-sample σ: one NFE, as EPD
@@ -40,6 +40,7 @@ from spanlift.solvers.amed import (
     plugin_base,
 )
 from spanlift.solvers.base import Denoiser, History, Point
+from spanlift.solvers.grid import Grid
 from spanlift.solvers.operators import check_positive
 from spanlift.solvers.registry import SOLVERS
 
@@ -64,7 +65,8 @@ class EPDPlugin(IntermediatePointSolver):
 
     def __init__(
         self,
-        sigmas: Tensor,
+        sigmas: Tensor | Grid,
+        channels: int = 1,
         base: str = "ipndm",
         base_settings: dict[str, Any] | None = None,
         afs: bool = False,
@@ -73,7 +75,7 @@ class EPDPlugin(IntermediatePointSolver):
         scale_init: float = 1.0,
     ) -> None:
         super().__init__(sigmas, afs)
-        self.base = plugin_base(self.name, base, self.sigmas, afs, base_settings)
+        self.base = plugin_base(self.name, base, self.grid, channels, afs, base_settings)
         self.buffer_size = self.base.buffer_size
         r = initial_points(self.name, check_positive("points", points), r_init)
         self.r_logits = nn.Parameter((r / (1 - r)).log().float().repeat(self.num_steps, 1))
@@ -88,8 +90,9 @@ class EPDPlugin(IntermediatePointSolver):
         predicted = self.base.direction(i, x, history, denoiser)
         if i == self.intermediate_steps:  # the last step to σ = 0: the base step alone
             return predicted
-        s = geometric(self.sigmas[i], self.sigmas[i + 1], self.r_logits[i].sigmoid())
-        d = derivatives_at(denoiser, x, self.sigma(i, x), predicted, s)
+        sigma, sigma_next = self.sigmas[i : i + 2]
+        s = geometric(sigma, sigma_next, self.r_logits[i].sigmoid())
+        d = derivatives_at(denoiser, x, sigma.to(x.dtype), predicted, s)
         weights = self.weight_logits[i].to(x.dtype).softmax(0) * self.log_scale[i].exp()
         return torch.tensordot(weights.to(x.dtype), d, dims=1)
 
@@ -102,10 +105,12 @@ class EPD(EPDPlugin):
 
     def __init__(
         self,
-        sigmas: Tensor,
+        sigmas: Tensor | Grid,
         afs: bool = False,
         points: int = 2,
         r_init: Sequence[float] | None = None,
         scale_init: float = 1.0,
     ) -> None:
-        super().__init__(sigmas, "euler", None, afs, points, r_init, scale_init)
+        super().__init__(
+            sigmas, base="euler", afs=afs, points=points, r_init=r_init, scale_init=scale_init
+        )

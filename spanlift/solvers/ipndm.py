@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from spanlift.errors import SettingsError
-from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.base import Denoiser, History, Solver, derivative_sum
+from spanlift.solvers.grid import Grid
 from spanlift.solvers.registry import SOLVERS
 
 ADAMS_BASHFORTH = (
@@ -42,10 +43,10 @@ class IPNDM(Solver):
 
     name = "ipndm"
 
-    def __init__(self, sigmas: Tensor, afs: bool = False, order: int = 3) -> None:
+    def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:
         super().__init__(sigmas, afs)
         self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), "ipndm")
         self.register_buffer("weights", ipndm_weights(self.num_steps, order))
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
-        return sum(self.weights[i, j].to(x.dtype) * p.derivative for j, p in enumerate(history))
+        return derivative_sum(self.weights[i], history)

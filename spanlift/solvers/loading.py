@@ -11,7 +11,8 @@ from typing import Protocol
 
 from spanlift.solvers.base import Solver
 from spanlift.solvers.checkpoint import read_checkpoint
-from spanlift.solvers.spec import SolverSpec, build_solver
+from spanlift.solvers.registry import SOLVERS
+from spanlift.solvers.spec import SolverSpec, build_solver, solver_settings
 
 
 class SigmaRange(Protocol):
@@ -40,25 +41,20 @@ def is_learnable(solver: Solver) -> bool:
 
 
 def base_spec(spec: SolverSpec) -> SolverSpec:
-    """The spec of a SpanLift's base solver."""
-    settings = spec.settings
+    """The spec of the base of a solver built on one (settings `base`, `base_settings`)."""
+    settings = {**solver_settings(SOLVERS.get(spec.name)), **spec.settings}
     return SolverSpec(
-        settings.get("base", "dyweight"),
-        spec.nfe,
-        spec.schedule,
-        dict(settings.get("base_settings") or {}),
+        settings["base"], spec.nfe, spec.schedule, dict(settings["base_settings"] or {})
     )
 
 
 def needs_fitted_base(spec: SolverSpec, backbone: SigmaRange) -> bool:
-    """A SpanLift on a frozen learnable base (DyWeight) with no `base_checkpoint`: the paper's
-    two-stage fit, the base first."""
-    settings = spec.settings
-    if (
-        spec.name != "spanlift"
-        or settings.get("base_checkpoint")
-        or not settings.get("freeze_base", True)
-    ):
+    """A solver that loads its frozen base from `base_checkpoint` (SpanLift), given none, on a
+    learnable base (DyWeight): the paper's two-stage fit, the base first."""
+    settings = {**solver_settings(SOLVERS.get(spec.name)), **spec.settings}
+    if "base_checkpoint" not in settings or settings["base_checkpoint"]:
+        return False
+    if not settings.get("freeze_base", True):
         return False
     return is_learnable(build(base_spec(spec), backbone))
 
@@ -66,7 +62,7 @@ def needs_fitted_base(spec: SolverSpec, backbone: SigmaRange) -> bool:
 def on_fitted_base(
     spec: SolverSpec, backbone: SigmaRange, fit_base: Callable[[SolverSpec], Path]
 ) -> SolverSpec:
-    """`spec`, or for a SpanLift that needs a fitted base, `spec` on the checkpoint `fit_base`
+    """`spec`, or for a solver that needs a fitted base, `spec` on the checkpoint `fit_base`
     returns for its base spec: the paper's two-stage fit (the base first, then the operator on
     the frozen fitted base)."""
     if not needs_fitted_base(spec, backbone):

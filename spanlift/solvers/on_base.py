@@ -1,39 +1,71 @@
 """Solvers built around a registered base solver (SpanLift, LD3): they keep the base's accounting.
 
-Such a solver holds the base as `self.base` and takes the settings `base` and `base_settings`. It
-spends the base's NFE, evaluates the model as the base does (AFS included), and steps on the
-base's grid, learned or not.
+Such a solver takes the settings `base` and `base_settings` (checked like any solver's settings,
+`spec.check_settings`), holds the base as `self.base`, spends the base's NFE, evaluates the model
+as the base does (AFS included) and steps on the base's grid: its `grid` is the base's, so a grid
+handed to it, or learned, is the one both read.
 """
 
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
+from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, Point, Solver
+from spanlift.solvers.checkpoint import load_solver_state
+from spanlift.solvers.grid import Grid
 from spanlift.solvers.registry import SOLVERS
+from spanlift.solvers.spec import check_settings, solver_settings
+
+
+def build_base(
+    solver: str,
+    base: str,
+    sigmas: Tensor | Grid,
+    channels: int,
+    base_settings: dict[str, Any] | None = None,
+    base_checkpoint: str | None = None,
+    trainable: bool = False,
+) -> Solver:
+    """The registered solver `base` on `sigmas` (a grid module handed on as it is), with its
+    settings checked, its state loaded from `base_checkpoint` when given, and its parameters
+    frozen unless `trainable`."""
+    if base == solver:
+        raise SettingsError(f"{solver} cannot be its own base; choose another registered solver")
+    settings = dict(base_settings or {})
+    check_settings(base, settings)
+    built = SOLVERS.get(base).build(sigmas, channels, **settings)
+    if base_checkpoint:
+        built.load_state_dict(load_solver_state(Path(base_checkpoint), expected=base))
+    return built.requires_grad_(trainable)
 
 
 class OnBase(Solver):
-    """Delegates NFE, evaluation and σ to `self.base`; `default_base` names it when unset."""
+    """Delegates grid, NFE and evaluation to `self.base` (the constructor's `base` default names
+    it when unset)."""
 
-    default_base: ClassVar[str]
     base: Solver
 
-    @classmethod
-    def build(cls, sigmas: Tensor, channels: int, **settings: Any) -> "OnBase":
-        return cls(sigmas, channels=channels, **settings)
+    def __init__(self, base: Solver) -> None:
+        nn.Module.__init__(self)  # no grid of its own: `grid` is the base's
+        self.base = base
+        self.afs = base.afs
+        self.buffer_size = base.buffer_size
 
     @classmethod
     def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
-        base = SOLVERS.get(settings.get("base", cls.default_base))
+        base = SOLVERS.get(settings.get("base", solver_settings(cls)["base"]))
         return base.nfe_for_steps(steps, settings.get("base_settings") or {}, to_zero)
+
+    @property
+    def grid(self) -> Grid:
+        """The base's grid (learned or handed to the base, the one it steps on)."""
+        return self.base.grid
 
     @property
     def nfe(self) -> int:
         return self.base.nfe
-
-    def sigma(self, i: int, like: Tensor) -> Tensor:
-        return self.base.sigma(i, like)
 
     def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
         return self.base.evaluate(denoiser, x, i)

@@ -5,12 +5,12 @@ Learned linear multistep coefficients over the derivative buffer, on a learned g
     x_{i+1} = x_i + h_i Δ_i,     Δ_i = Σ_{j ≤ min(i, K−1)} c_{i,j} d_{i−j},     h_i = σ_{i+1} − σ_i,
 
 with the table c (N × K, lower-triangular: c_{i,j} with j > i is never read) initialised to the
-iPNDM Adams–Bashforth table of order K, and σ_i the LD3 grid (`ld3.LearnedGrid`, ends fixed)
+iPNDM Adams–Bashforth table of order K, and σ_i the LD3 grid (`grid.LearnedGrid`, ends fixed)
 
     σ_i = (s_0 − (s_0 − s_N) Σ_{k<i} π_k)^ρ,     π = π_min + (1 − N π_min) softmax(ℓ),
 
-initialised to the schedule's grid and attached as the solver's own `grid` (`Solver.grid`, read by
-`sigma(i)`). An untrained S4S-Alt is iPNDM of order K on that schedule.
+initialised to the schedule's grid, as the solver's `grid` (or the learned grid it is handed: LD3
+over S4S-Alt learns one grid). An untrained S4S-Alt is iPNDM of order K on that schedule.
 Unlike DyWeight there is no separate time scaling: the model is told σ_i. One NFE per step (minus
 one with AFS).
 
@@ -24,9 +24,9 @@ the coefficient half, shared with DLMS.
 
 from torch import Tensor, nn
 
-from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.base import Denoiser, History, Solver, derivative_sum
+from spanlift.solvers.grid import Grid, learned_grid
 from spanlift.solvers.ipndm import ADAMS_BASHFORTH, check_order, ipndm_weights
-from spanlift.solvers.ld3 import LearnedGrid
 from spanlift.solvers.operators import check_positive
 from spanlift.solvers.registry import SOLVERS
 
@@ -39,14 +39,13 @@ class LearnedMultistep(Solver):
 
     name = "learned_multistep"
 
-    def __init__(self, sigmas: Tensor, afs: bool = False, order: int = 3) -> None:
+    def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:
         super().__init__(sigmas, afs)
         self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), self.name)
         self.coefficients = nn.Parameter(ipndm_weights(self.num_steps, order))
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
-        row = self.coefficients[i].to(x.dtype)
-        return sum(row[j] * p.derivative for j, p in enumerate(history))
+        return derivative_sum(self.coefficients[i], history)
 
 
 @SOLVERS.register("s4s_alt")
@@ -56,11 +55,13 @@ class S4SAlt(LearnedMultistep):
     name = "s4s_alt"
 
     def __init__(
-        self, sigmas: Tensor, afs: bool = False, order: int = 3, alternate_every: int = 50
+        self,
+        sigmas: Tensor | Grid,
+        afs: bool = False,
+        order: int = 3,
+        alternate_every: int = 50,
     ) -> None:
-        grid = LearnedGrid(sigmas, self.name)  # first: a bad grid is refused before anything else
-        super().__init__(sigmas, afs, order)
-        self.grid = grid
+        super().__init__(learned_grid(sigmas, self.name), afs, order)
         self.alternate_every = check_positive("s4s_alt alternate_every", alternate_every)
 
     def fits_grid(self, iteration: int) -> bool:

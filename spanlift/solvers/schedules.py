@@ -13,6 +13,9 @@ from torch import Tensor
 from spanlift.errors import SettingsError
 from spanlift.registry import Registry
 
+EDM_SIGMA_MIN, EDM_SIGMA_MAX = 0.002, 80.0
+"""EDM's σ range (Karras et al. 2022, Table 1): the default range of a backbone and of a grid."""
+
 Schedule = Callable[[int, float, float], Tensor]
 SCHEDULES: Registry[Schedule] = Registry("schedule")
 

@@ -15,16 +15,14 @@ SpanLift steps on its base's grid: every σ_i (in h_i, X̃_i and ξ_i) is read t
 `sigma(i)`, so a base with a learned grid (LD3, S4S-Alt) carries SpanLift onto that grid.
 """
 
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History
-from spanlift.solvers.checkpoint import load_solver_state
-from spanlift.solvers.on_base import OnBase
+from spanlift.solvers.grid import Grid
+from spanlift.solvers.on_base import OnBase, build_base
 from spanlift.solvers.operators import OPERATORS, check_positive
 from spanlift.solvers.registry import SOLVERS
 
@@ -36,11 +34,10 @@ class SpanLift(OnBase):
     """SpanLift: base solver + FiLM-conditioned residual operator (scalar / pointwise / spatial)."""
 
     name = "spanlift"
-    default_base = "dyweight"
 
     def __init__(
         self,
-        sigmas: Tensor,
+        sigmas: Tensor | Grid,
         channels: int = 1,
         base: str = "dyweight",
         base_settings: dict[str, Any] | None = None,
@@ -53,14 +50,17 @@ class SpanLift(OnBase):
         history: int = 3,
         beta_init: float = 0.0,
     ) -> None:
-        if base == "spanlift":
-            raise SettingsError("spanlift cannot be its own base; choose another registered solver")
-        base_solver = SOLVERS.get(base).build(sigmas, channels, **(base_settings or {}))
-        super().__init__(base_solver.sigmas, base_solver.afs)
-        self.base = base_solver
-        if base_checkpoint:
-            self.base.load_state_dict(load_solver_state(Path(base_checkpoint), expected=base))
-        self.base.requires_grad_(not freeze_base)
+        super().__init__(
+            build_base(
+                self.name,
+                base,
+                sigmas,
+                channels,
+                base_settings,
+                base_checkpoint,
+                trainable=not freeze_base,
+            )
+        )
         self.history = check_positive("history", history)
         self.buffer_size = max(self.base.buffer_size, history)
         self.operator = OPERATORS.get(operator)(

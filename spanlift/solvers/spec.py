@@ -16,7 +16,7 @@ from typing import Any
 from spanlift.errors import SettingsError, UnreachableNFEError
 from spanlift.solvers.base import Solver
 from spanlift.solvers.registry import SOLVERS
-from spanlift.solvers.schedules import SCHEDULES
+from spanlift.solvers.schedules import EDM_SIGMA_MAX, EDM_SIGMA_MIN, SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -63,19 +63,21 @@ def solver_settings(cls: type[Solver]) -> dict[str, Any]:
 
 
 def check_settings(name: str, settings: dict[str, Any]) -> None:
+    """Every key of `settings` is one of the solver's settings; a solver on a base (settings
+    `base` and `base_settings`) has its base's settings checked the same way."""
     accepted = solver_settings(SOLVERS.get(name))
     unknown = sorted(set(settings) - set(accepted))
     if unknown:
         raise SettingsError(
             f"solver {name!r} has no setting {unknown[0]!r}; its settings are: {', '.join(accepted) or 'none'}"
         )
-    if name == "spanlift" and settings.get("base_settings"):
-        check_settings(settings.get("base", "dyweight"), settings["base_settings"])
+    if "base" in accepted and settings.get("base_settings"):
+        check_settings(settings.get("base", accepted["base"]), settings["base_settings"])
 
 
 def ends_at_zero(schedule: str) -> bool:
     """Whether the schedule's last step goes to σ = 0 (`edm_to_zero`), read off a 2-step grid."""
-    return bool(SCHEDULES.get(schedule)(2, 0.002, 80.0)[-1] == 0)
+    return bool(SCHEDULES.get(schedule)(2, EDM_SIGMA_MIN, EDM_SIGMA_MAX)[-1] == 0)
 
 
 def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any], schedule: str = "edm") -> int:

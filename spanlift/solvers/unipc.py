@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.grid import Grid
 from spanlift.solvers.ipndm import check_order
 from spanlift.solvers.logsnr import as_direction, half_logsnr, order_at
 from spanlift.solvers.registry import SOLVERS
@@ -52,7 +53,11 @@ class UniPC(Solver):
     name = "unipc"
 
     def __init__(
-        self, sigmas: Tensor, afs: bool = False, order: int = 3, lower_order_final: bool = True
+        self,
+        sigmas: Tensor | Grid,
+        afs: bool = False,
+        order: int = 3,
+        lower_order_final: bool = True,
     ) -> None:
         super().__init__(sigmas, afs)
         self.order = check_order(order, 3, "unipc")
