@@ -168,6 +168,7 @@ def test_a_pickle_that_is_not_a_snapshot(tmp_path, fresh_imports) -> None:
         load_backbone("edm", weights=str(path), allow_pickle=True)
 
 
+@pytest.mark.e2e
 def test_cli_lists_it_fits_and_scores_fid_and_refuses_bad_input(edm_files, tmp_path) -> None:
     listed = spanlift(tmp_path, "backbones")
     assert listed.returncode == 0
