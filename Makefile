@@ -1,11 +1,12 @@
 # Two commands do all the set-up: `make demo` and `make test`.
+# `make test-fast` leaves out the end-to-end tests (Ray, `spanlift` processes) for the edit loop.
 # Both create .venv when it is missing and install the package into it.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format install clean
+.PHONY: demo test test-fast lint format install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not e2e"
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -54,17 +54,24 @@ from torch_utils import persistence
 
 @persistence.persistent_class
 class TinyNet(nn.Module):
-    """F(x, c_noise, labels): two convolutions, noise and label embeddings added in between."""
+    """F(x, c_noise, labels): two convolutions, noise and label embeddings added in between.
+
+    The noise embedding is the U-Nets' own: sines and cosines of c_noise, then a linear layer,
+    one row per element of c_noise; one c_noise for the batch is one row, broadcast, and
+    rounds differently from a row per sample."""
 
     def __init__(self, channels, label_dim, width=16):
         super().__init__()
         self.inp = nn.Conv2d(channels, width, 3, padding=1)
-        self.noise = nn.Linear(1, width)
+        self.noise = nn.Linear(2 * width, width)
         self.label = nn.Linear(label_dim, width) if label_dim else None
         self.out = nn.Conv2d(width, channels, 3, padding=1)
 
     def forward(self, x, c_noise, labels):
-        h = self.inp(x) + self.noise(c_noise.reshape(-1, 1))[:, :, None, None]
+        frequencies = 1e-3 ** (torch.arange(self.noise.out_features) / self.noise.out_features)
+        angles = c_noise.reshape(-1, 1) * frequencies
+        noise = self.noise(torch.cat([angles.cos(), angles.sin()], dim=1))
+        h = self.inp(x) + noise[:, :, None, None]
         if self.label is not None:
             h = h + self.label(labels)[:, :, None, None]
         return self.out(torch.nn.functional.silu(h))

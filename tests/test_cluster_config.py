@@ -1,7 +1,6 @@
 """ray_cluster.yaml against Ray's own cluster-launcher schema."""
 
 import copy
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -9,7 +8,9 @@ import yaml
 from ray.autoscaler._private.commands import prepare_config
 from ray.autoscaler._private.util import validate_config
 
-CONFIG = Path(__file__).parent.parent / "ray_cluster.yaml"
+from tests.cli_run import ROOT
+
+CONFIG = ROOT / "ray_cluster.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -84,9 +84,12 @@ def test_denoiser_is_the_networks_own_call(edm_files, fresh_imports) -> None:
     backbone = edm(edm_files, "cond")
     x = torch.randn(3, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     labels = backbone.conditioning([0, 1, 2])
-    sigma = torch.tensor(2.5)
-    expected = backbone.net(x, sigma.repeat(3), labels)
+    sigma = torch.tensor(2.5, dtype=torch.float64)  # one 0-d σ for the batch, as EDM's sampler
+    expected = backbone.net(x, sigma, labels)
     assert torch.equal(backbone.denoise(x, sigma, labels), expected)
+    assert not torch.equal(backbone.net(x, sigma.repeat(3), labels), expected)  # rounds otherwise
+    per_sample = torch.tensor([0.5, 2.5, 40.0])
+    assert torch.equal(backbone.denoise(x, per_sample, labels), backbone.net(x, per_sample, labels))
     other = torch.eye(5)[(labels.argmax(1) + 1) % 5]
     assert not torch.allclose(backbone.denoise(x, sigma, other), expected)  # labels reach it
     with pytest.raises(SettingsError, match="class-conditional"):
@@ -120,8 +123,8 @@ def test_heun_35_on_edm_to_zero_is_edms_own_sampler(edm_files, fresh_imports) ->
     counter = NFECounter(denoise)
     ours = solver(counter, backbone.prior(noise))
     assert counter.calls == 35 and solver.num_steps == 18
-    reference = edm_heun_to_zero(denoise, noise)
-    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-9)
+    reference = edm_heun_to_zero(lambda x, t: backbone.net(x, t, labels).double(), noise)
+    assert torch.equal(ours, reference)  # bit for bit: the network is called as EDM calls it
     ends_at_sigma_min = build_solver(SolverSpec("heun", 35), 0.002, 80.0, 3)(denoise, noise * 80)
     assert (ends_at_sigma_min - reference).abs().max() > 1e-4  # the two protocols differ
 
@@ -169,6 +172,7 @@ def test_a_pickle_that_is_not_a_snapshot(tmp_path, fresh_imports) -> None:
         load_backbone("edm", weights=str(path), allow_pickle=True)
 
 
+@pytest.mark.e2e
 def test_cli_lists_it_fits_and_scores_fid_and_refuses_bad_input(edm_files, tmp_path) -> None:
     listed = spanlift(tmp_path, "backbones")
     assert listed.returncode == 0

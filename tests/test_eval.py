@@ -27,7 +27,6 @@ from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
 from tests.cli_run import spanlift
 
-ROOT = Path(__file__).parent.parent
 SPEC = SolverSpec("ipndm", nfe=3, settings={"order": 3})
 SEEDS = list(range(150))
 
@@ -54,6 +53,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> EvaluatorSetup:
     return EvaluatorSetup("digits", "digits", cache, threads=1, lpips_weights=alexnet)
 
 
+@pytest.mark.e2e
 def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_ray, setup) -> None:
     evaluator = Evaluator(setup)
     reference = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
@@ -76,6 +76,7 @@ def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_r
             assert merged["lpips"].mean == pytest.approx(single["lpips"].mean, rel=1e-5)
 
 
+@pytest.mark.e2e
 def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, setup) -> None:
     pool = start_evaluators(setup, 1, cpus=0.5)
     identity = pool.call("identity")
@@ -99,6 +100,7 @@ def spanlift_eval(folder: Path, *args: str, solver: str = "euler") -> subprocess
     return spanlift(folder, "eval", "--solver", solver, "--nfe", "3", *args)
 
 
+@pytest.mark.e2e
 def test_eval_logs_fid_lpips_and_latency_to_mlflow_and_ranks_them(tmp_path: Path) -> None:
     alexnet = write_alexnet_features(tmp_path / "alexnet.pth")
     common = ["--samples", "48", "--evaluators", "2", "--num-cpus", "2"]
@@ -122,6 +124,7 @@ def test_eval_logs_fid_lpips_and_latency_to_mlflow_and_ranks_them(tmp_path: Path
     assert "euler" in board.stdout and "ipndm" in board.stdout
 
 
+@pytest.mark.e2e
 def test_eval_reports_lpips_unavailable_without_weights_and_goes_on(tmp_path: Path) -> None:
     result = spanlift_eval(
         tmp_path, "--metrics", "fid,lpips", "--samples", "16", "--evaluators", "1",
@@ -155,6 +158,7 @@ def test_eval_refuses_bad_input_with_one_line(
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.e2e
 def test_eval_writes_spanlift_diagnostics(tmp_path: Path) -> None:
     result = spanlift_eval(
         tmp_path,

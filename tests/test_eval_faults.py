@@ -20,6 +20,8 @@ from spanlift.platform.evaluation.pool import EvaluatorPool, running_evaluators
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
 
+pytestmark = pytest.mark.e2e
+
 SPEC = SolverSpec("euler", nfe=3)
 SEEDS = list(range(96))  # 2 actors x 4 shards of 12 samples
 

@@ -176,6 +176,7 @@ def test_eval_refuses_a_bad_reference_before_starting(
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.e2e
 def test_eval_against_a_statistics_file_end_to_end(evaluator, tmp_path) -> None:
     dataset = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
     path = write_nvlabs(tmp_path / "digits-16x16.npz", dataset.mean(), dataset.covariance())

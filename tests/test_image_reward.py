@@ -18,8 +18,7 @@ from spanlift.backbones.gmm import GaussianMixture
 from spanlift.errors import MetricUnavailable
 from spanlift.platform.evaluation import evaluator, image_reward, sample_metrics
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-
-ROOT = Path(__file__).parent.parent
+from tests.cli_run import ROOT
 
 
 def test_backbone_without_prompts_is_reported_unavailable(tmp_path: Path) -> None:
@@ -149,6 +148,7 @@ def test_tokenizer_is_read_from_the_cache_and_its_absence_is_an_error(
     assert tokenizer.bos_token == "[DEC]" and tokenizer.enc_token_id == 21
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(
     importlib.util.find_spec("ImageReward") is None,
     reason="the optional image-reward package is not installed (pip install -e '.[imagereward]')",

@@ -8,9 +8,7 @@ import xarray as xr
 from mlflow.tracking import MlflowClient
 
 from spanlift.platform.sweep.config import load_sweep
-from tests.cli_run import spanlift
-
-ROOT = Path(__file__).parent.parent
+from tests.cli_run import ROOT, spanlift
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +20,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.e2e
 def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_leaderboard(
     synth: Path,
 ) -> None:
@@ -80,6 +79,7 @@ def checkpoint_bytes(client: MlflowClient, run_id: str, folder: Path) -> bytes:
     return Path(client.download_artifacts(run_id, name, str(folder / run_id))).read_bytes()
 
 
+@pytest.mark.e2e
 def test_bad_nowcast_input_exits_2_with_one_line_and_no_output(synth: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -130,6 +130,7 @@ resources: {trial_cpu: 0.1, workers: 1, worker_cpu: 0.8, evaluator_cpu: 0.2}
 """
 
 
+@pytest.mark.e2e
 def test_a_nowcast_sweep_searches_on_skill_and_logs_the_scores(synth: Path) -> None:
     (synth / "nowcast.yaml").write_text(SWEEP)
     result = spanlift(synth, "sweep", "nowcast.yaml", "--num-cpus", "2", timeout=600)

@@ -27,8 +27,9 @@ from spanlift.platform.sweep.progress import (
     quiet_console,
     restore_console,
 )
+from tests.cli_run import ROOT
 
-GMM_SMOKE = Path(__file__).parent.parent / "sweeps" / "gmm_smoke.yaml"
+GMM_SMOKE = ROOT / "sweeps" / "gmm_smoke.yaml"
 
 
 class Clock:

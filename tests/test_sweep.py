@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,26 +16,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from spanlift.platform.tracking.runs import FAILURE_TAG
+from tests.cli_run import ROOT, spanlift, start_spanlift
 
-ROOT = Path(__file__).parent.parent
+pytestmark = pytest.mark.e2e
+
 GMM_SMOKE = ROOT / "sweeps" / "gmm_smoke.yaml"
-
-
-def spanlift(
-    folder: Path, *args: str, wait: bool = True, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess | subprocess.Popen:
-    command = [sys.executable, "-m", "spanlift.cli", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    if not wait:
-        return subprocess.Popen(
-            command,
-            cwd=folder,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
 
 
 def sweep_file(folder: Path, name: str, **changes: object) -> Path:
@@ -255,7 +239,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Pat
     ]
     fit = {"iterations": 400, "batch_size": 64, "checkpoint_every": 100}
     path = sweep_file(tmp_path, "resume", solvers=solvers, fit=fit)
-    process = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2", wait=False)
+    process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
 
     def finished() -> list:
         return [r for r in runs_of(tmp_path, "resume") if r.info.status == "FINISHED"]
@@ -293,7 +277,7 @@ def train_worker_pids() -> list[int]:
 def test_worker_killed_mid_fit_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     fit = {"iterations": 1200, "batch_size": 64, "checkpoint_every": 100, "log_every": 100}
     path = sweep_file(tmp_path, "kill", solvers=[{"name": "dyweight", "nfe": 3}], fit=fit)
-    process = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2", wait=False)
+    process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     train = tmp_path / "runs" / "sweeps" / "kill" / "train"
     # two checkpoints on disk: the first is surely registered with Ray Train by then
     wait_for(

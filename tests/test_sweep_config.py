@@ -8,8 +8,9 @@ import yaml
 
 from spanlift.platform.ray_runtime import TrialBundle, concurrent_trials
 from spanlift.platform.sweep.config import SweepConfigError, load_sweep, parse_sweep
+from tests.cli_run import ROOT
 
-SWEEPS = Path(__file__).parent.parent / "sweeps"
+SWEEPS = ROOT / "sweeps"
 
 VALID = {
     "experiment": "t",

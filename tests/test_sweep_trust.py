@@ -8,9 +8,13 @@ step starts from what the step before left, as a user's sweeps do.
 
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.test_sweep import configuration_runs, spanlift, sweep_file
+from tests.cli_run import spanlift
+from tests.test_sweep import configuration_runs, sweep_file
+
+pytestmark = pytest.mark.e2e
 
 
 def dyweight_sweep(folder: Path, **fit: object) -> Path:

@@ -11,6 +11,9 @@ The network is already a denoiser in σ-form, with its own preconditioning insid
 
     D(x, σ, y) = net(x, σ, y)          y: one-hot class labels (N, label_dim), or None
 
+σ is one 0-d tensor when the whole batch shares it, as EDM's sampler passes it (see
+`network_sigma`), else one σ per sample.
+
 computed in float32, or float16 on a GPU when the network's `use_fp16` is set (`fp16=` overrides
 the pickled choice). The σ range is EDM's sampler's: [max(0.002, net.sigma_min),
 min(80, net.sigma_max)].
@@ -72,6 +75,17 @@ def seed_labels(seeds: list[int], shape: tuple[int, ...], label_dim: int) -> Ten
         torch.randn(*shape, generator=generator)
         labels.append(int(torch.randint(label_dim, size=(), generator=generator)))
     return torch.tensor(labels, dtype=torch.long)
+
+
+def network_sigma(sigma: Tensor | float, x: Tensor) -> Tensor:
+    """σ as EDM's sampler hands it to the network: one 0-d σ when the batch shares it, else one
+    per sample, shape (N,). The network embeds each σ it is given; one σ for the batch is one
+    embedding row, which rounds differently in float32 from N copies of it, so only this call
+    reproduces EDM's samples bit for bit."""
+    sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device)
+    if sigma.numel() == 1:
+        return sigma.reshape(())
+    return sigma_as_batch(sigma, x).flatten()
 
 
 @BACKBONES.register("edm")
@@ -150,7 +164,7 @@ class EDMNetwork(Backbone):
         if self.label_dim and cond is None:
             raise SettingsError("the edm network is class-conditional: cond (labels) is required")
         labels = None if cond is None else cond.to(device=x.device, dtype=torch.float32)
-        return self.net(x, sigma_as_batch(sigma, x).flatten(), labels).to(x.dtype)
+        return self.net(x, network_sigma(sigma, x), labels).to(x.dtype)
 
     def identity(self) -> str:
         return self._identity
