@@ -72,7 +72,9 @@ def fit_configuration(
     """What produces `spec`'s fitted weights here: the backbone, the training teacher set (its
     cache key and the digest of its endpoints, so a subset or an unsaved set is its own), the
     fit settings."""
-    endpoints = hashlib.sha256(train.endpoints.contiguous().numpy().tobytes()).hexdigest()
+    endpoints = hashlib.sha256(
+        train.endpoints.detach().cpu().contiguous().numpy().tobytes()
+    ).hexdigest()
     return Configuration(
         backbone.identity(),
         {},
