@@ -97,9 +97,9 @@ def run_job(job: Job, sweep: str, cache: Path) -> Row:
     test = load_or_generate(cache, backbone, test_seeds, teacher, progress=False)
     folder = job.folder / job.fit.loss
     folder.mkdir(parents=True, exist_ok=True)
-    fitted = {p.stem.rsplit("-", 1)[-1]: p for p in folder.glob("*.pt")}
-    solver, seconds = fit_spec(job.spec, backbone, train, job.fit, folder, False, fitted)
-    path = fitted.get(job.spec.key()) or save_solver(folder / f"{job.spec.key()}.pt", solver)
+    fitted = fit_spec(job.spec, backbone, train, job.fit, folder, False)
+    solver, seconds = fitted.solver, fitted.seconds
+    path = fitted.path or save_solver(folder / f"{job.spec.key()}.pt", solver)
     best = read_checkpoint(path)["metadata"].get("best_iteration", 0)
     return Row(
         job.label,

@@ -24,11 +24,11 @@ def test_dyweight_beats_ipndm_and_spanlift_beats_dyweight(gmm, gmm_teacher, tmp_
     train, test = gmm_teacher
     settings = FitSettings(iterations=120, batch_size=32, lr=5e-3, seed=seed)
     ipndm = endpoint_rmse(build(gmm, "ipndm", order=3), gmm, test)
-    dyweight, _ = fit_spec(
+    dyweight = fit_spec(
         SolverSpec("dyweight", 3), gmm, train, settings, tmp_path, progress=False
-    )
+    ).solver
     spanlift_spec = SolverSpec("spanlift", 3, settings={"base": "dyweight", "hidden_dim": 16})
-    spanlift, _ = fit_spec(spanlift_spec, gmm, train, settings, tmp_path, progress=False)
+    spanlift = fit_spec(spanlift_spec, gmm, train, settings, tmp_path, progress=False).solver
     dyweight_rmse, spanlift_rmse = (
         endpoint_rmse(dyweight, gmm, test),
         endpoint_rmse(spanlift, gmm, test),

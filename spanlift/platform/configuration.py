@@ -3,6 +3,10 @@
     fit key  = hash(backbone, training teacher set, fit settings, workers, solver spec)
     run key  = hash(fit key parts, test teacher set, evaluation settings, given checkpoint)
 
+The teacher part is always `teacher_identity(solver, train, test)`: the teacher solver, and the
+training and test sets where the result has them (a sweep names its cache entries, the nowcast
+suite its number of training windows, `spanlift eval` neither).
+
 A fitted checkpoint is cached under its fit key (evaluation settings do not change the weights);
 an MLflow run is found again by its run key. Both are looked up only among results made by the
 same version of the code (`code_version`, stored beside them), unless the user reuses results
@@ -51,6 +55,15 @@ def code_version() -> str:
     return sha.hexdigest()[:12]
 
 
+def teacher_identity(
+    solver: SolverSpec, train: str | int | None = None, test: str | None = None
+) -> dict[str, Any]:
+    """The teacher part of a configuration: its solver, and the training and test sets (by cache
+    entry or size) when the result has them; absent sets are left out, so keys stay as they were."""
+    sets = {"train": train, "test": test}
+    return {"solver": solver.to_dict(), **{k: v for k, v in sets.items() if v is not None}}
+
+
 @dataclass(frozen=True)
 class Configuration:
     """Everything that produces a result, as plain data."""
@@ -58,7 +71,7 @@ class Configuration:
     backbone: str
     backbone_options: dict[str, Any]
     solver: SolverSpec
-    teacher: dict[str, Any]  # the teacher solver and its cache keys (train, test)
+    teacher: dict[str, Any]  # `teacher_identity(...)`
     fit: dict[str, Any] = field(default_factory=dict)  # {}: nothing is fitted
     evaluation: dict[str, Any] = field(default_factory=dict)
     checkpoint: str = ""  # SHA-256 of a checkpoint given by the user

@@ -18,11 +18,10 @@ row, then the few-step solvers.
 import math
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 import xarray as xr
 
@@ -31,28 +30,29 @@ from spanlift.backbones.nowcast_windows import sample_to_vil
 from spanlift.errors import SettingsError
 from spanlift.nowcasting.plots import plot_frame_strip, plot_lead_time_scores
 from spanlift.nowcasting.scores import THRESHOLDS
-from spanlift.platform.configuration import Configuration, code_version
+from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.pool import running_evaluators
+from spanlift.platform.evaluation.pool import evaluators_on_ray
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.fitting.compare import fit_spec
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.ray_runtime import start_ray
+from spanlift.platform.results.tracking import (
+    command_tags,
+    configuration_params,
+    open_experiment,
+    record_result,
+)
 from spanlift.platform.sampling.rollout import rollout, seed_noise
 from spanlift.platform.sampling.score import endpoint_rmse
 from spanlift.platform.sampling.teacher import load_or_generate
 from spanlift.platform.tracking.runs import (
-    CODE_TAG,
     ConfigurationRuns,
-    connect,
-    experiment_id,
-    solver_params,
-    source_tags,
 )
 from spanlift.seeds import FID_FIRST_SEED, TEST_SEED_OFFSET
-from spanlift.solvers import SolverSpec
-from spanlift.solvers.loading import build, load_solver
+from spanlift.solvers import Solver, SolverSpec
+from spanlift.solvers.loading import build, is_learnable, load_solver
 
 SOLVERS = {  # the suite's names → (registered solver, settings); `ddim` is Euler in σ-form
     "ddim": ("euler", {}),
@@ -71,11 +71,19 @@ METRICS = ("skill", "lpips")
 
 @dataclass(frozen=True)
 class Row:
-    """One solver of the table: how it is named, built and fitted."""
+    """One solver of the table: its name in the suite, how it is built and fitted."""
 
-    label: str
+    name: str
     spec: SolverSpec
     fit: FitSettings
+
+    def label(self, solver: Solver) -> str:
+        """`ddim`, or for a solver with parameters how it was fitted: `spanlift (mse, teacher)`."""
+        return (
+            f"{self.name} ({self.fit.loss}, {self.fit.target})"
+            if is_learnable(solver)
+            else self.name
+        )
 
 
 def parse_solvers(text: str, nfe: int, fit: FitSettings) -> list[Row]:
@@ -96,19 +104,12 @@ def parse_solvers(text: str, nfe: int, fit: FitSettings) -> list[Row]:
                 )
             settings.update(VARIANTS[variant])
         solver, solver_settings = SOLVERS[name]
-        row_fit = FitSettings(**settings)
         rows.append(
-            Row(row_label(name, row_fit), SolverSpec(solver, nfe, "edm", solver_settings), row_fit)
+            Row(name, SolverSpec(solver, nfe, "edm", solver_settings), FitSettings(**settings))
         )
     if not rows:
         raise SettingsError("--solvers: expected at least one solver")
     return rows
-
-
-def row_label(name: str, fit: FitSettings) -> str:
-    """`ddim`, or for a learned solver how it was fitted: `spanlift (mse, teacher)`."""
-    learned = name in ("dyweight", "spanlift")
-    return f"{name} ({fit.loss}, {fit.target})" if learned else name
 
 
 @dataclass(frozen=True)
@@ -150,26 +151,21 @@ def run_suite(
     """Fit, score and record every row; see the module docstring."""
     options = backbone_options(request)
     backbone = load_backbone("nowcast", **options)
-    for row in request.rows:  # every spec is checked before any work starts
-        build(row.spec, backbone)
+    # every spec is checked before any work starts
+    labels = [row.label(build(row.spec, backbone)) for row in request.rows]
     runs = open_runs(request)
     held_out = request.test_samples or len(backbone.windows.test)
     train = load_or_generate(request.cache, backbone, range(request.train_samples), request.teacher)
     test_seeds = range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + held_out)
     test = load_or_generate(request.cache, backbone, test_seeds, request.teacher)
-    result, checkpoints = SuiteResult(), {}
-    teacher_label = f"teacher ddim {request.teacher.nfe}"
-    # Per fit variant: its own folder (one spec fitted two ways is two checkpoints) and its own
-    # record of fitted bases, so a SpanLift's base is fitted the way the SpanLift is.
-    fitted: dict[str, dict[str, Path]] = {}
-    for row in request.rows:
-        name = f"{row.fit.loss}-{row.fit.target}"
-        variant = fitted.setdefault(name, {})
-        folder = request.out / "fitted" / name
-        solver, seconds = fit_spec(row.spec, backbone, train, row.fit, folder, True, variant)
-        checkpoints[row.label] = variant.get(row.spec.key())
-        result.rmse[row.label] = endpoint_rmse(solver, backbone, test)
-        result.fit_seconds[row.label] = seconds
+    result = SuiteResult()
+    rows = {f"teacher ddim {request.teacher.nfe}": Scored(request.teacher)}
+    # each fit variant has its own fit key, and its base is fitted the same way
+    for label, row in zip(labels, request.rows, strict=True):
+        fitted = fit_spec(row.spec, backbone, train, row.fit, request.out / "fitted")
+        rows[label] = Scored(row.spec, fitted.path, row.fit)
+        result.rmse[label] = endpoint_rmse(fitted.solver, backbone, test)
+        result.fit_seconds[label] = fitted.seconds
     setup = EvaluatorSetup(
         "nowcast",
         "",
@@ -178,21 +174,26 @@ def run_suite(
         lpips_weights=request.lpips_weights,
         teacher=request.teacher,
     )
-    specs = {teacher_label: (request.teacher, None)}
-    specs |= {row.label: (row.spec, checkpoints[row.label]) for row in request.rows}
     start_ray(address, request.out, num_cpus)
-    cpus = ray.available_resources().get("CPU", 1) / request.evaluators
-    setup = replace(setup, threads=max(1, math.floor(cpus)))
-    with running_evaluators(setup, request.evaluators, cpus=cpus) as pool:
-        for label, (spec, checkpoint) in specs.items():
+    with evaluators_on_ray(setup, request.evaluators) as pool:
+        for label, row in rows.items():
             result.reports[label] = evaluate_samples(
-                pool, spec, checkpoint, held_out, METRICS, ReferenceSet()
+                pool, row.spec, row.checkpoint, held_out, METRICS, ReferenceSet()
             )
             result.rows.append(label)
-    result.files = write_outputs(result, backbone, specs, request.out)
+    result.files = write_outputs(result, backbone, rows, request.out)
     if runs is not None:
-        result.run_ids = record_runs(runs, request, result, specs, options)
+        result.run_ids = record_runs(runs, request, result, rows, options)
     return result
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What a row of the table scores: the spec, its fitted checkpoint, how it was fitted."""
+
+    spec: SolverSpec
+    checkpoint: Path | None = None
+    fit: FitSettings | None = None
 
 
 def per_lead(result: SuiteResult) -> dict[str, xr.Dataset]:
@@ -202,7 +203,7 @@ def per_lead(result: SuiteResult) -> dict[str, xr.Dataset]:
 def write_outputs(
     result: SuiteResult,
     backbone: Backbone,
-    specs: dict[str, tuple[SolverSpec, Path | None]],
+    rows: dict[str, Scored],
     out: Path,
 ) -> list[Path]:
     """The per-lead scores of every row as one NetCDF (dim `solver`), the lead-time plot and the
@@ -213,23 +214,23 @@ def write_outputs(
     combined = xr.concat(list(scores.values()), dim="solver").assign_coords(solver=list(scores))
     combined.to_netcdf(netcdf, engine="h5netcdf")
     lead_plot = plot_lead_time_scores(scores, out / "nowcast-lead-time.png")
-    strip = plot_frame_strip(*forecast_strip(backbone, specs), out / "nowcast-frames.png")
+    strip = plot_frame_strip(*forecast_strip(backbone, rows), out / "nowcast-frames.png")
     return [netcdf, lead_plot, strip]
 
 
 @torch.no_grad()
-def forecast_strip(
-    backbone: Backbone, specs: dict[str, tuple[SolverSpec, Path | None]]
-) -> tuple[Any, Any, dict[str, Any]]:
+def forecast_strip(backbone: Backbone, rows: dict[str, Scored]) -> tuple[Any, Any, dict[str, Any]]:
     """Past and observed frames of the first scored window, and each row's forecast of it, on
     the VIL scale."""
     seeds = [FID_FIRST_SEED]
     cond, noise = backbone.conditioning(seeds), seed_noise(seeds, backbone.shape)
     forecasts = {
         label: sample_to_vil(
-            backbone.decode(rollout(load_solver(spec, ckpt, backbone), backbone, noise, cond))
+            backbone.decode(
+                rollout(load_solver(row.spec, row.checkpoint, backbone), backbone, noise, cond)
+            )
         )[0].numpy()
-        for label, (spec, ckpt) in specs.items()
+        for label, row in rows.items()
     }
     past = sample_to_vil(cond)[0].numpy()
     observed = sample_to_vil(backbone.observations(seeds))[0].numpy()
@@ -239,53 +240,50 @@ def forecast_strip(
 def open_runs(request: SuiteRequest) -> ConfigurationRuns | None:
     if request.tracking_uri is None:
         return None
-    experiment_id(connect(request.tracking_uri), request.experiment, create=True)
-    return ConfigurationRuns(request.tracking_uri, request.experiment)
+    return open_experiment(request.tracking_uri, request.experiment)
 
 
 def record_runs(
     runs: ConfigurationRuns,
     request: SuiteRequest,
     result: SuiteResult,
-    specs: dict[str, tuple[SolverSpec, Path | None]],
+    rows: dict[str, Scored],
     options: dict[str, Any],
 ) -> dict[str, str]:
     """One MLflow run per row: params, the table's metrics, its per-lead NetCDF and the PNGs."""
-    fits = {row.label: row.fit for row in request.rows}
-    teacher = f"{request.teacher.label()} nfe={request.teacher.nfe}"
     ids = {}
     for label in result.rows:
-        spec, checkpoint = specs[label]
-        fit = fits.get(label)
-        report = result.reports[label]
-        key = Configuration(
+        row, report = rows[label], result.reports[label]
+        configuration = Configuration(
             "nowcast",
             options,
-            spec,
-            teacher={"solver": request.teacher.to_dict(), "train": request.train_samples},
-            fit=fit.to_dict() if fit else {},
+            row.spec,
+            teacher_identity(request.teacher, request.train_samples),
+            fit=row.fit.to_dict() if row.fit else {},
             evaluation={"samples": report.samples, "metrics": list(METRICS)},
-        ).key()
-        params = {
-            **solver_params("nowcast", spec, spec.nfe),
-            "solver": label,
-            "teacher": teacher,
-            "teacher.train_samples": request.train_samples,
-            **({f"fit.{k}": v for k, v in fit.to_dict().items()} if fit else {}),
-        }
-        tags = {"spanlift.command": "nowcast eval", CODE_TAG: code_version()}
-        run_id = runs.create(
-            key, f"{label} nfe={spec.nfe}", params, {**tags, **source_tags("spanlift nowcast eval")}
         )
-        metrics = {**report.metrics(), "nfe": float(spec.nfe)}
+        params = {
+            **configuration_params(configuration),
+            "solver": label,
+            "teacher.train_samples": request.train_samples,
+        }
+        metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}
         if label in result.rmse:
             metrics |= {"rmse": result.rmse[label], "fit_seconds": result.fit_seconds[label]}
         with tempfile.TemporaryDirectory() as folder:
             netcdf = Path(folder) / "skill-scores.nc"
             report.skill.to_dataset().to_netcdf(netcdf, engine="h5netcdf")
-            files = [netcdf, *result.files[1:], *([checkpoint] if checkpoint else [])]
-            runs.finish(run_id, metrics, files, report.params())
-        ids[label] = run_id
+            files = [netcdf, *result.files[1:], *([row.checkpoint] if row.checkpoint else [])]
+            ids[label] = record_result(
+                runs,
+                configuration,
+                f"{label} nfe={row.spec.nfe}",
+                params,
+                command_tags("nowcast eval"),
+                metrics,
+                files,
+                report.params(),
+            )
     return ids
 
 

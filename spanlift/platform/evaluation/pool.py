@@ -9,10 +9,11 @@ same for 1 or N actors. An actor whose process dies is restarted by Ray and its 
 (`RESTARTS`); a shard's task returns one result however often it ran, so each is merged once.
 """
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -159,3 +160,21 @@ def running_evaluators(
         yield pool
     finally:
         pool.stop()
+
+
+def gpus_per_evaluator(count: int) -> float:
+    """1 when Ray has a free GPU for each of `count` actors, else 0 (they run on CPUs)."""
+    return 1.0 if ray.available_resources().get("GPU", 0) >= count else 0.0
+
+
+@contextmanager
+def evaluators_on_ray(
+    setup: EvaluatorSetup, count: int, gpus: float | None = None
+) -> Iterator[EvaluatorPool]:
+    """`count` evaluator actors on the running Ray, each holding free CPUs / `count` (one torch
+    thread per whole CPU) and `gpus` GPUs (None: `gpus_per_evaluator(count)`)."""
+    cpus = ray.available_resources().get("CPU", 1) / count
+    gpus = gpus_per_evaluator(count) if gpus is None else gpus
+    setup = replace(setup, threads=max(1, math.floor(cpus)))
+    with running_evaluators(setup, count, cpus=cpus, gpus=gpus) as pool:
+        yield pool

@@ -1,36 +1,32 @@
 """`spanlift eval`: start Ray and the evaluator actors, compute the requested metrics, stop them,
 and record the result as the configuration's MLflow run (one run per evaluated configuration)."""
 
-import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import ray
 import torch
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
 from spanlift.files import file_sha256
-from spanlift.platform.configuration import Configuration, code_version
+from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.detectors.registry import DETECTORS
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.fid import file_moments
-from spanlift.platform.evaluation.pool import running_evaluators
+from spanlift.platform.evaluation.pool import evaluators_on_ray
 from spanlift.platform.evaluation.reference import KINDS, ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
-from spanlift.platform.tracking.runs import (
-    CODE_TAG,
-    ConfigurationRuns,
-    connect,
-    experiment_id,
-    run_name,
-    solver_params,
-    source_tags,
+from spanlift.platform.results.tracking import (
+    command_tags,
+    configuration_params,
+    open_experiment,
+    record_result,
 )
+from spanlift.platform.tracking.runs import ConfigurationRuns, run_name
 from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.loading import load_solver
 from spanlift.solvers.spanlift import SpanLift
@@ -134,11 +130,8 @@ def samples_on_actors(
     request: EvalRequest, workdir: Path, address: str | None, num_cpus: int | None
 ) -> SampleReport:
     start_ray(address, workdir, num_cpus)
-    cpus = ray.available_resources().get("CPU", 1) / request.evaluators
-    gpus = 1 if ray.available_resources().get("GPU", 0) >= request.evaluators else 0
-    setup = replace(request.setup, threads=max(1, math.floor(cpus)))
     metrics = tuple(m for m in request.metrics if m in SAMPLE_METRICS)
-    with running_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus) as pool:
+    with evaluators_on_ray(request.setup, request.evaluators) as pool:
         return evaluate_samples(
             pool, request.spec, request.checkpoint, request.samples, metrics, request.reference
         )
@@ -146,10 +139,7 @@ def samples_on_actors(
 
 def open_tracking(tracking: Tracking | None) -> ConfigurationRuns | None:
     """The experiment's runs, created if new; checked before any work so a bad URI fails fast."""
-    if tracking is None:
-        return None
-    experiment_id(connect(tracking.uri), tracking.experiment, create=True)
-    return ConfigurationRuns(tracking.uri, tracking.experiment)
+    return None if tracking is None else open_experiment(tracking.uri, tracking.experiment)
 
 
 def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport) -> str:
@@ -157,26 +147,26 @@ def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport
     settings), so repeated evaluations of one configuration sit side by side."""
     spec, setup = solver_spec(request), request.setup
     checkpoint = file_sha256(request.checkpoint)[:12] if request.checkpoint else ""
-    key = Configuration(
+    result = Configuration(
         setup.backbone,
         setup.backbone_options,
         spec,
-        teacher={"solver": setup.teacher.to_dict()},
+        teacher_identity(setup.teacher),
         evaluation={
             "samples": request.samples,
             "detector": setup.detector,
             "reference": request.reference.describe(),
         },
         checkpoint=checkpoint,
-    ).key()
-    params = {**solver_params(setup.backbone, spec, spec.nfe), "checkpoint.sha256": checkpoint}
-    tags = {"spanlift.command": "eval", CODE_TAG: code_version(), **source_tags("spanlift eval")}
-    run_id = runs.create(key, run_name(spec, spec.nfe), params, tags)
+    )
     samples = report.samples
-    runs.finish(
-        run_id,
+    return record_result(
+        runs,
+        result,
+        run_name(spec),
+        {**configuration_params(result), "checkpoint.sha256": checkpoint},
+        command_tags("eval"),
         {**(samples.metrics() if samples else {}), "eval_seconds": report.seconds},
         [*report.files, *([request.checkpoint] if request.checkpoint else [])],
         samples.params() if samples else {},
     )
-    return run_id

@@ -1,19 +1,23 @@
 """Fit (where learnable) and score a list of solvers against the same teacher: the comparison table.
 
-A SpanLift whose base is itself learnable (DyWeight) and has no `base_checkpoint` is fitted in two
-stages, as in the paper: the base first, then the operator on the frozen fitted base.
+A SpanLift whose base is itself learnable and has no `base_checkpoint` is fitted in two stages, as
+in the paper: the base first, then the operator on the frozen fitted base. Fitted solvers are kept
+in the results' fit cache (results/fit_cache.py) in the working folder.
 """
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from spanlift.backbones import Backbone
+from spanlift.platform.configuration import Configuration, digest, teacher_identity
 from spanlift.platform.fitting.fit import FitResult, FitSettings, fit
+from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import score
 from spanlift.platform.sampling.teacher import TeacherSet, teacher_for
-from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
-from spanlift.solvers.loading import build, is_learnable, on_fitted_base
+from spanlift.solvers import Solver, SolverSpec, save_solver
+from spanlift.solvers.loading import build
 
 
 @dataclass
@@ -33,38 +37,40 @@ def fit_spec(
     settings: FitSettings,
     workdir: Path,
     progress: bool = True,
-    fitted: dict[str, Path] | None = None,
-) -> tuple[Solver, float]:
-    """The solver of `spec`, fitted if it has parameters; returns it and the fit time in seconds.
+) -> Fitted:
+    """The solver of `spec`, fitted on `train` if it has parameters (a base it needs first).
 
-    Fitted solvers are checkpointed under `workdir` and recorded in `fitted` (spec key → path), so
-    a base that was already fitted in this comparison is loaded, not fitted again.
+    Fitted solvers are kept in the fit cache in `workdir`, so a base or solver already fitted
+    the same way, by this comparison or an earlier one, is loaded, not fitted again.
     """
-    fitted = {} if fitted is None else fitted
-    seconds, requested = 0.0, spec
 
-    def fit_base(base: SolverSpec) -> Path:
-        nonlocal seconds
-        if base.key() not in fitted:
-            seconds = fit_spec(base, backbone, train, settings, workdir, progress, fitted)[1]
-        return fitted[base.key()]
-
-    spec = on_fitted_base(spec, backbone, fit_base)
-    solver = build(spec, backbone)
-    if spec.key() in fitted:
-        solver.load_state_dict(read_checkpoint(fitted[spec.key()])["state"])
-    elif is_learnable(solver):
+    def fit_here(solver: Solver, out: Path) -> Fitted:
         teacher = teacher_for(solver, train, backbone, workdir / "teacher-cache")
         result = fit(solver, backbone, teacher, settings, progress=progress)
-        seconds += result.seconds
-        fitted[spec.key()] = save_solver(
-            workdir / f"{spec.name}-nfe{spec.nfe}-{spec.key()}.pt",
-            solver,
-            metadata=fit_record(result, settings),
-        )
-    if spec.key() in fitted:  # also under the spec asked for, without the added base_checkpoint
-        fitted[requested.key()] = fitted[spec.key()]
-    return solver, seconds
+        save_solver(out, solver, metadata=fit_record(result, settings))
+        return Fitted.from_checkpoint(solver, out, result.seconds)
+
+    return FitCache(workdir, fit_configuration(spec, backbone, train, settings)).fitted(
+        spec, backbone, fit_here
+    )
+
+
+def fit_configuration(
+    spec: SolverSpec, backbone: Backbone, train: TeacherSet, settings: FitSettings
+) -> Configuration:
+    """What produces `spec`'s fitted weights here: the backbone, the training teacher set (its
+    cache key and the digest of its endpoints, so a subset or an unsaved set is its own), the
+    fit settings."""
+    endpoints = hashlib.sha256(
+        train.endpoints.detach().cpu().contiguous().numpy().tobytes()
+    ).hexdigest()
+    return Configuration(
+        backbone.identity(),
+        {},
+        spec,
+        teacher_identity(train.teacher, digest([train.key, endpoints])),
+        fit=settings.to_dict(),
+    )
 
 
 def fit_record(result: FitResult, settings: FitSettings) -> dict:
@@ -92,13 +98,14 @@ def compare(
     for spec in specs:  # every spec is checked before any work starts
         build(spec, backbone)
     rows, samples = [], {}
-    fitted: dict[str, Path] = {}
     for spec in specs:
-        solver, seconds = fit_spec(spec, backbone, train, settings, workdir, progress, fitted)
-        checkpoint = str(fitted.get(spec.key(), ""))
-        result, images = score(solver, backbone, test)
+        fitted = fit_spec(spec, backbone, train, settings, workdir, progress)
+        checkpoint = str(fitted.path or "")
+        result, images = score(fitted.solver, backbone, test)
         rows.append(
-            Row(spec.label(), solver.nfe, result.rmse, seconds, result.ms_per_image, checkpoint)
+            Row(
+                spec.label(), spec.nfe, result.rmse, fitted.seconds, result.ms_per_image, checkpoint
+            )
         )
         samples.update(images)
     if grid:

@@ -45,7 +45,7 @@ def expected_configurations(config: SweepConfig) -> int:
 
 def configuration_name(result: Any, config: SweepConfig) -> str:
     spec = trial_spec(result.config, config)
-    return run_name(spec, spec.nfe)
+    return run_name(spec)
 
 
 def best_of(finished: list[Any], config: SweepConfig) -> dict[str, Any]:

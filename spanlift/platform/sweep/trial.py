@@ -8,10 +8,10 @@ Scoring and sample metrics run on the sweep's evaluator actors, started once by 
 shared by all trials; the trial's own process, reused by Tune (`reuse_actors`), keeps its backbone
 too (`loaded_backbone`). Each trial reports the backbone loads it caused as `model_loads`.
 
-Fitted solvers are also kept under `<sweep>/fitted/`, named by their fit key (everything that
-produced the weights) and the code version, so a SpanLift trial finds its fitted DyWeight base
-there, a resumed sweep never fits the same solver twice, and a changed fit is never served old
-weights.
+The trial loads the backbone once and builds its solver once (`FitCache.fitted`); the fitted
+solver is kept in the fit cache under `<sweep>/fitted/` (results/fit_cache.py), so a SpanLift
+trial finds its fitted base there, a resumed sweep never fits the same solver twice, and a
+changed fit is never served old weights.
 """
 
 import math
@@ -30,26 +30,22 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import backbone_loads, loaded_backbone
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.files import atomic_write
-from spanlift.platform.configuration import Configuration, code_version
+from spanlift.platform.configuration import Configuration, code_version, teacher_identity
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
+from spanlift.platform.results.fit_cache import FitCache, Fitted
+from spanlift.platform.results.tracking import configuration_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.teacher import supervision_sigmas
 from spanlift.platform.sweep.config import SolverEntry, SweepConfig
 from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
 from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
-from spanlift.platform.tracking.runs import (
-    CODE_TAG,
-    PARENT_TAG,
-    ConfigurationRuns,
-    run_name,
-    solver_params,
-)
-from spanlift.solvers import SolverSpec, read_checkpoint
-from spanlift.solvers.loading import is_learnable, load_solver, on_fitted_base
+from spanlift.platform.tracking.runs import CODE_TAG, PARENT_TAG, ConfigurationRuns, run_name
+from spanlift.solvers import Solver, SolverSpec
+from spanlift.solvers.spanlift import SpanLift
 
 TRAIN_CHECKPOINTS_KEPT = 2
 """Ray Train checkpoints kept per fit: the newest to resume from, and one before it."""
@@ -111,11 +107,9 @@ def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
         config.backbone,
         config.backbone_options,
         spec,
-        teacher={
-            "solver": config.teacher.solver.to_dict(),
-            "train": context.teachers.train.name,
-            "test": context.teachers.test.name,
-        },
+        teacher_identity(
+            config.teacher.solver, context.teachers.train.name, context.teachers.test.name
+        ),
         fit={**config.fit.to_dict(), "workers": config.resources.workers},
         evaluation=evaluation_settings(config),
     )
@@ -140,19 +134,15 @@ def reference_set(config: SweepConfig) -> ReferenceSet:
     )
 
 
-def run_params(spec: SolverSpec, nfe: int, context: SweepContext) -> dict[str, Any]:
+def run_params(result: Configuration, context: SweepContext) -> dict[str, Any]:
     """The MLflow params of a configuration: what ran, and what its metrics are measured against."""
     config = context.config
-    teacher = config.teacher.solver
     train, test = sweep_seeds(config)
     return {
-        **solver_params(config.backbone, spec, nfe),
+        **configuration_params(result),
         "loss": config.fit.loss,
-        "teacher": f"{teacher.label()} nfe={teacher.nfe}",
         "teacher.train_samples": len(train),
         "teacher.test_seeds": f"{test.start}..{test.stop - 1}",
-        **{f"fit.{k}": v for k, v in config.fit.to_dict().items()},
-        "fit.workers": config.resources.workers,
         "fit.use_gpu": config.resources.use_gpu,
         **(
             {"fid.samples": config.evaluation.samples} if "fid" in config.evaluation.metrics else {}
@@ -176,9 +166,9 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
     entry, spec = trial_entry(params, context.config)
     context = with_entry_fit(context, entry)
     config = context.config
-    key = configuration(spec, context).key()
+    result = configuration(spec, context)
     runs = ConfigurationRuns(context.tracking_uri, config.experiment)
-    earlier = runs.find(key, None if context.reuse_across_versions else code_version())
+    earlier = runs.find(result.key(), None if context.reuse_across_versions else code_version())
     if earlier and earlier.status == "FINISHED":
         tune.report({**earlier.metrics, "reused": 1})
         return
@@ -186,12 +176,13 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         raise TrainingDivergedError(earlier.failure)
     loads_before = backbone_loads()
     backbone = context.backbone()
-    nfe = load_solver(spec, None, backbone).nfe
-    params = {**run_params(spec, nfe, context), **({"solver": entry.label} if entry.label else {})}
-    name = f"{entry.label} nfe={nfe}" if entry.label else run_name(spec, nfe)
-    run_id = runs.open(key, name, params, run_tags(context))
+    params = {**run_params(result, context), **({"solver": entry.label} if entry.label else {})}
+    name = f"{entry.label} nfe={spec.nfe}" if entry.label else run_name(spec)
+    run_id = runs.open(result.key(), name, params, run_tags(context))
     try:
-        fitted = fitted_checkpoint(spec, context, backbone)
+        fitted = fit_cache(result, context).fitted(
+            spec, backbone, lambda solver, out: fit_on_ray_train(solver, context, out)
+        )
         evaluators = evaluator_pool(context)
         test = context.teachers.test
         metrics, samples = evaluators.call("score", spec, fitted.path, test)
@@ -200,7 +191,7 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         loads = {"model_loads": float(backbone_loads() - loads_before + evaluators.loads)}
         with tempfile.TemporaryDirectory() as folder:
             grid = save_sample_grid(samples, Path(folder) / "samples.png")
-            diagnostics, ratio = trial_diagnostics(spec, fitted.path, context, backbone, folder)
+            diagnostics, ratio = trial_diagnostics(fitted.solver, context, backbone, folder)
             metrics = {**metrics, **fitted.metrics(), **extra_metrics, **ratio, **loads}
             scores = skill_file(report, Path(folder))
             runs.finish(
@@ -218,98 +209,28 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
         raise
     if config.metric not in metrics:
         raise SettingsError(
-            f"{spec.label()} nfe={nfe} produced no {config.metric!r} to search on: "
+            f"{spec.label()} nfe={spec.nfe} produced no {config.metric!r} to search on: "
             f"{extra_params.get(f'{config.metric}.unavailable', 'it was not computed')}"
         )
     tune.report({**metrics, "reused": 0})
 
 
-@dataclass(frozen=True)
-class Fitted:
-    """A trial's fitted solver: its checkpoint (None: nothing to fit) and how it was fitted."""
-
-    path: Path | None = None
-    seconds: float = 0.0  # fit compute in this trial, base included; 0 when taken from the cache
-    resumed_from: int = 0  # iteration the last (re)start continued from; 0: a fresh fit
-    losses: tuple[float, ...] = ()  # the loss at each iteration of the (last) fit
-    validation: dict[int, float] = field(default_factory=dict)  # held-out loss by iteration
-    best_iteration: int | None = None  # the iteration whose state was kept
-
-    @classmethod
-    def from_checkpoint(cls, path: Path, seconds: float = 0.0, resumed_from: int = 0) -> "Fitted":
-        """A fitted solver's record, its curves read from the checkpoint's metadata."""
-        metadata = read_checkpoint(path)["metadata"]
-        return cls(
-            path,
-            seconds,
-            resumed_from,
-            tuple(metadata.get("losses", [])),
-            dict(metadata.get("validation", {})),
-            metadata.get("best_iteration"),
-        )
-
-    def metrics(self) -> dict[str, float]:
-        kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
-        return {"fit_seconds": self.seconds, "fit_resumed_from": float(self.resumed_from), **kept}
-
-    def histories(self) -> dict[str, Any] | None:
-        """The train loss per iteration and the validation loss where it was measured."""
-        curves = {"loss": self.losses, "val_loss": self.validation}
-        return {name: values for name, values in curves.items() if values} or None
+def fit_cache(result: Configuration, context: SweepContext) -> FitCache:
+    """The sweep's fitted solvers (`<sweep>/fitted/`), for configurations like `result`."""
+    return FitCache(context.fitted, result, context.reuse_across_versions)
 
 
-def fitted_path(spec: SolverSpec, context: SweepContext, version: str | None = None) -> Path:
-    """Where the fitted `spec` is cached: named by its fit key and the code version (`*`: any)."""
-    key = configuration(spec, context).fit_key()
-    return context.fitted / f"{spec.name}-nfe{spec.nfe}-{key}-{version or code_version()}.pt"
-
-
-def cached_fit(spec: SolverSpec, context: SweepContext) -> Path | None:
-    """A cached fit of `spec`: this code version's, or any version's when reuse is allowed."""
-    path = fitted_path(spec, context)
-    if path.exists():
-        return path
-    if not context.reuse_across_versions:
-        return None
-    return next(iter(sorted(context.fitted.glob(fitted_path(spec, context, "*").name))), None)
-
-
-def fitted_checkpoint(spec: SolverSpec, context: SweepContext, backbone: Backbone) -> Fitted:
-    """`spec` fitted on the sweep's teacher, base first (two-stage, as `fit_spec` does)."""
-    base_seconds = 0.0
-
-    def fit_base(base: SolverSpec) -> Path:
-        nonlocal base_seconds
-        fitted = fitted_checkpoint(base, context, backbone)
-        base_seconds = fitted.seconds
-        return fitted.path
-
-    spec = on_fitted_base(spec, backbone, fit_base)
-    if not is_learnable(load_solver(spec, None, backbone)):
-        return Fitted(seconds=base_seconds)
-    cached = cached_fit(spec, context)
-    if cached is not None:
-        return Fitted.from_checkpoint(cached, base_seconds)
-    fitted = fit_on_ray_train(spec, context, fitted_path(spec, context))
-    return replace(fitted, seconds=base_seconds + fitted.seconds)
-
-
-def teacher_entry(spec: SolverSpec, context: SweepContext) -> Path:
-    """The training teacher entry `spec` fits on: with the teacher's states at its grid when it
-    is trajectory-supervised."""
-    return context.teachers.for_solver(
-        supervision_sigmas(load_solver(spec, None, context.backbone()))
-    )
-
-
-def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> Fitted:
-    """Fit `spec` with a TorchTrainer (resuming its earlier attempt); save the result to `out`."""
-    config, resources = context.config, context.config.resources
+def fit_on_ray_train(solver: Solver, context: SweepContext, out: Path) -> Fitted:
+    """Fit `solver` with a TorchTrainer (resuming its earlier attempt) on the teacher entry it
+    needs (with the teacher's states at its grid when it is trajectory-supervised); save the
+    result to `out` and load it into `solver`."""
+    config, resources, spec = context.config, context.config.resources, solver.spec
+    teacher = context.teachers.for_solver(supervision_sigmas(solver))
     trial_id = tune.get_context().get_trial_id()
     trainer = TorchTrainer(
         fit_worker,
         train_loop_config=fit_loop_config(
-            spec, config.backbone, config.backbone_options, teacher_entry(spec, context), config.fit
+            spec, config.backbone, config.backbone_options, teacher, config.fit
         ),
         scaling_config=ScalingConfig(
             num_workers=resources.workers,
@@ -329,23 +250,20 @@ def fit_on_ray_train(spec: SolverSpec, context: SweepContext, out: Path) -> Fitt
         raise TrainingDivergedError(result.metrics["diverged"])
     with result.checkpoint.as_directory() as folder, atomic_write(out) as partial:
         shutil.copyfile(Path(folder) / SOLVER_FILE, partial)
-    metrics = result.metrics
-    return Fitted.from_checkpoint(out, float(metrics["fit_seconds"]), int(metrics["resumed_from"]))
+    seconds, resumed_from = (
+        float(result.metrics["fit_seconds"]),
+        int(result.metrics["resumed_from"]),
+    )
+    return Fitted.from_checkpoint(solver, out, seconds, resumed_from)
 
 
 def trial_diagnostics(
-    spec: SolverSpec,
-    checkpoint: Path | None,
-    context: SweepContext,
-    backbone: Backbone,
-    folder: str,
+    solver: Solver, context: SweepContext, backbone: Backbone, folder: str
 ) -> tuple[list[Path], dict[str, float]]:
-    """Per-step SpanLift diagnostics (CSV + PNG) when the YAML asks for them, and their mean
-    out-of-span ratio as a metric; ([], {}) otherwise."""
-    config = context.config
-    if "diagnostics" not in config.evaluation.metrics or spec.name != "spanlift":
+    """Per-step SpanLift diagnostics (CSV + PNG) of the fitted solver when the YAML asks for
+    them, and their mean out-of-span ratio as a metric; ([], {}) otherwise."""
+    if "diagnostics" not in context.config.evaluation.metrics or not isinstance(solver, SpanLift):
         return [], {}
-    solver = load_solver(spec, checkpoint, backbone)
     table, files = write_diagnostics(solver, backbone, Path(folder), "spanlift")
     ratio = float(table["out_of_span"].mean())
     return files, ({"out_of_span_ratio": ratio} if math.isfinite(ratio) else {})

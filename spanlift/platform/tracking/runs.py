@@ -47,7 +47,7 @@ def absolute_uri(uri: str) -> str:
     return uri
 
 
-def solver_params(backbone: str, spec: SolverSpec, nfe: int) -> dict[str, Any]:
+def solver_params(backbone: str, spec: SolverSpec) -> dict[str, Any]:
     """The params every run of a solver carries; the leaderboard groups and labels by them."""
     settings = spec.settings
     return {
@@ -55,7 +55,7 @@ def solver_params(backbone: str, spec: SolverSpec, nfe: int) -> dict[str, Any]:
         "solver": spec.name,
         "configuration": spec.label(),
         "base": settings.get("base", ""),
-        "nfe": nfe,
+        "nfe": spec.nfe,
         "schedule": spec.schedule,
         "operator": settings.get("operator", ""),
         "kernel_size": settings.get("kernel_size", ""),
@@ -64,9 +64,9 @@ def solver_params(backbone: str, spec: SolverSpec, nfe: int) -> dict[str, Any]:
     }
 
 
-def run_name(spec: SolverSpec, nfe: int) -> str:
+def run_name(spec: SolverSpec) -> str:
     """What a run shows in MLflow's runs table, e.g. `spanlift[base=dyweight,kernel_size=3] nfe=4`."""
-    return f"{spec.label()} nfe={nfe}"
+    return f"{spec.label()} nfe={spec.nfe}"
 
 
 def connect(uri: str) -> MlflowClient:

@@ -1,0 +1,113 @@
+"""Fitted checkpoints kept by what produced them: one cache for sweeps, comparisons and suites.
+
+    <folder>/<solver>-nfe<N>-<fit key>-<code version>.pt
+
+The fit key is the configuration's (`Configuration.fit_key`: backbone, training teacher set, fit
+settings, solver spec), so a changed fit is never served old weights, and the code version keeps
+another version's weights out unless reuse across versions is asked for. A SpanLift that needs a
+fitted base gets it from the same cache, fitted first if missing (the paper's two-stage fit).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from spanlift.platform.configuration import Configuration, code_version
+from spanlift.solvers import Solver, SolverSpec, read_checkpoint
+from spanlift.solvers.loading import SigmaRange, build, is_learnable, on_fitted_base
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A solver as fitted: built once, with the checkpoint's weights when it has parameters."""
+
+    solver: Solver
+    path: Path | None = None  # None: nothing to fit
+    seconds: float = 0.0  # fit compute of this call, base included; 0 when taken from the cache
+    resumed_from: int = 0  # iteration the last (re)start continued from; 0: a fresh fit
+    losses: tuple[float, ...] = ()  # the loss at each iteration of the (last) fit
+    validation: dict[int, float] = field(default_factory=dict)  # held-out loss by iteration
+    best_iteration: int | None = None  # the iteration whose state was kept
+
+    @classmethod
+    def from_checkpoint(
+        cls, solver: Solver, path: Path, seconds: float = 0.0, resumed_from: int = 0
+    ) -> "Fitted":
+        """`solver` with the weights saved in `path`, its curves read from the metadata."""
+        saved = read_checkpoint(path)
+        solver.load_state_dict(saved["state"])
+        metadata = saved["metadata"]
+        return cls(
+            solver,
+            path,
+            seconds,
+            resumed_from,
+            tuple(metadata.get("losses", [])),
+            dict(metadata.get("validation", {})),
+            metadata.get("best_iteration"),
+        )
+
+    @property
+    def spec(self) -> SolverSpec:
+        """The spec as fitted: a two-stage SpanLift's names its fitted base's checkpoint."""
+        return self.solver.spec
+
+    def metrics(self) -> dict[str, float]:
+        kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
+        return {"fit_seconds": self.seconds, "fit_resumed_from": float(self.resumed_from), **kept}
+
+    def histories(self) -> dict[str, Any] | None:
+        """The train loss per iteration and the validation loss where it was measured."""
+        curves = {"loss": self.losses, "val_loss": self.validation}
+        return {name: values for name, values in curves.items() if values} or None
+
+
+FitOne = Callable[[Solver, Path], Fitted]
+"""Fits a freshly built learnable solver and saves it at the given path."""
+
+
+@dataclass(frozen=True)
+class FitCache:
+    """The fitted checkpoints in `folder` of the configurations `template` stands for: the
+    template with any solver spec in its place."""
+
+    folder: Path
+    template: Configuration
+    reuse_across_versions: bool = False
+
+    def path(self, spec: SolverSpec, version: str | None = None) -> Path:
+        """Where the fitted `spec` is kept (`version` `*`: any code version's)."""
+        key = replace(self.template, solver=spec).fit_key()
+        return self.folder / f"{spec.name}-nfe{spec.nfe}-{key}-{version or code_version()}.pt"
+
+    def find(self, spec: SolverSpec) -> Path | None:
+        """A kept fit of `spec`: this code version's, or any version's when reuse is allowed."""
+        path = self.path(spec)
+        if path.exists():
+            return path
+        if not self.reuse_across_versions:
+            return None
+        return next(iter(sorted(self.folder.glob(self.path(spec, "*").name))), None)
+
+    def fitted(self, spec: SolverSpec, backbone: SigmaRange, fit_one: FitOne) -> Fitted:
+        """`spec` built once and fitted if it has parameters (base first): taken from the cache,
+        or fitted by `fit_one` into it."""
+        base_seconds = 0.0
+
+        def fit_base(base: SolverSpec) -> Path:
+            nonlocal base_seconds
+            fitted = self.fitted(base, backbone, fit_one)
+            base_seconds = fitted.seconds
+            return fitted.path
+
+        spec = on_fitted_base(spec, backbone, fit_base)
+        solver = build(spec, backbone)
+        if not is_learnable(solver):
+            return Fitted(solver, seconds=base_seconds)
+        cached = self.find(spec)
+        if cached is not None:
+            return Fitted.from_checkpoint(solver, cached, base_seconds)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fitted = fit_one(solver, self.path(spec))
+        return replace(fitted, seconds=base_seconds + fitted.seconds)

@@ -1,0 +1,66 @@
+"""A configuration's result in MLflow: its experiment, the params and tags of its run, recording.
+
+Every run carries the solver's params (`solver_params`, which the leaderboard groups by), the fit
+settings as `fit.<name>` and, where a training teacher set produced it, the teacher as
+`<solver label> nfe=<N>`; it is tagged with the code version and the command that made it.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from spanlift.platform.configuration import Configuration, code_version
+from spanlift.platform.tracking.runs import (
+    CODE_TAG,
+    ConfigurationRuns,
+    connect,
+    experiment_id,
+    solver_params,
+    source_tags,
+)
+from spanlift.solvers import SolverSpec
+
+
+def open_experiment(uri: str, experiment: str) -> ConfigurationRuns:
+    """The experiment's runs, the experiment created if new; a bad URI fails here, before work."""
+    experiment_id(connect(uri), experiment, create=True)
+    return ConfigurationRuns(uri, experiment)
+
+
+def configuration_params(configuration: Configuration) -> dict[str, Any]:
+    """The params every run of `configuration` carries: solver, teacher (when trained on one),
+    fit settings."""
+    teacher = configuration.teacher
+    trained = "train" in teacher
+    label = SolverSpec.from_dict(teacher["solver"]) if trained else None
+    return {
+        **solver_params(configuration.backbone, configuration.solver),
+        **({"teacher": f"{label.label()} nfe={label.nfe}"} if label else {}),
+        **{f"fit.{k}": v for k, v in configuration.fit.items()},
+    }
+
+
+def command_tags(command: str) -> dict[str, str]:
+    """Tags of a run made by `spanlift <command>`: the command, the code version, MLflow's
+    source tags."""
+    return {
+        "spanlift.command": command,
+        CODE_TAG: code_version(),
+        **source_tags(f"spanlift {command}"),
+    }
+
+
+def record_result(
+    runs: ConfigurationRuns,
+    configuration: Configuration,
+    name: str,
+    params: dict[str, Any],
+    tags: dict[str, str],
+    metrics: dict[str, float],
+    files: list[Path],
+    measured: dict[str, Any] | None = None,
+) -> str:
+    """A new finished run of `configuration` (repeated evaluations sit side by side): `params`
+    known before, `measured` params known after the evaluation; returns its id."""
+    run_id = runs.create(configuration.key(), name, params, tags)
+    runs.finish(run_id, metrics, files, measured)
+    return run_id
