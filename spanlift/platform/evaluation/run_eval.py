@@ -31,6 +31,7 @@ from spanlift.platform.tracking.runs import (
     solver_params,
     source_tags,
 )
+from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.loading import load_solver
 from spanlift.solvers.spanlift import SpanLift
@@ -63,6 +64,8 @@ class EvalRequest:
     evaluators: int
     reference: ReferenceSet
     tracking: Tracking | None = None
+    first_seed: int = FID_FIRST_SEED
+    """Seed of the first sample; sample i has seed first_seed + i."""
 
 
 def check_request(request: EvalRequest) -> None:
@@ -140,7 +143,13 @@ def samples_on_actors(
     metrics = tuple(m for m in request.metrics if m in SAMPLE_METRICS)
     with running_evaluators(setup, request.evaluators, cpus=cpus, gpus=gpus) as pool:
         return evaluate_samples(
-            pool, request.spec, request.checkpoint, request.samples, metrics, request.reference
+            pool,
+            request.spec,
+            request.checkpoint,
+            request.samples,
+            metrics,
+            request.reference,
+            request.first_seed,
         )
 
 
@@ -166,6 +175,7 @@ def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport
             "samples": request.samples,
             "detector": setup.detector,
             "reference": request.reference.describe(),
+            **({} if request.first_seed == FID_FIRST_SEED else {"first_seed": request.first_seed}),
         },
         checkpoint=checkpoint,
     ).key()

@@ -53,22 +53,36 @@ TARGETS = ("teacher", "observed")
 @dataclass(frozen=True)
 class FitSettings:
     iterations: int = 300
+    """Optimizer steps of the fit."""
     batch_size: int = 32
+    """Teacher samples per step."""
     lr: float = 5e-3
+    """Peak learning rate (after the warm-up, before the cosine decay)."""
     warmup: int = 20
+    """Steps of linear learning-rate warm-up."""
     grad_clip: float = 1.0
+    """Largest gradient norm; larger gradients are scaled down to it."""
     loss: str = "mse"
-    target: str = "teacher"  # or "observed": the backbone's observations instead of the teacher
+    """The endpoint loss ℓ; `loss_options` are its keyword arguments."""
+    target: str = "teacher"
+    """What the endpoint is matched to: "teacher" endpoints or, decoded, the backbone's
+    "observed" data."""
     seed: int = 0
+    """Seeds the solver's initial weights and the batches drawn."""
     log_every: int = 25
+    """Steps between metric reports."""
     checkpoint_every: int = 50
+    """Steps between full-state reports a fit can resume from."""
     loss_options: dict[str, Any] = field(default_factory=dict, hash=False)
     """Keyword arguments of the loss, e.g. `{dinov2_path: /models/dinov2-base, c: 0.1}` for
     `latent`; {} for the losses that take none. (A dict is not hashable: left out of the hash.)"""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay; 0 is Adam."""
     validation: float = 0.1
-    """Fraction of the teacher set held out to choose the kept state; 0: keep the last state."""
+    """Fraction of the teacher set held out to choose the kept state: the fit keeps the state of
+    the lowest loss on it, its starting state included; 0: keep the last state."""
     validate_every: int = 25
+    """Steps between validation losses."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "batch_size", "log_every", "checkpoint_every", "validate_every"):
