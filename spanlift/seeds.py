@@ -3,7 +3,8 @@ conditioning), so the ranges never overlap:
 
     [0, 10⁹)          training seeds: teacher endpoints a solver is fitted on
     [10⁹, 2·10⁹)      held-out test seeds: endpoint RMSE, nowcasting skill
-    [2·10⁹, 3·10⁹)    FID and other sample metrics
+    [2·10⁹, 3·10⁹)    FID and other sample metrics (`spanlift eval --seed-offset` starts them
+                      elsewhere, e.g. at 0 for EDM's `generate.py` seeds)
     [3·10⁹, …)        the teacher's own samples as an FID reference
 
 A conditional backbone maps training seeds to its training data and every other seed to its

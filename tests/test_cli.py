@@ -89,3 +89,89 @@ def test_fit_writes_a_checkpoint(capsys, tmp_path):
     assert code == 0
     (checkpoint,) = (tmp_path / "out").glob("dyweight-nfe3-*.pt")
     assert str(checkpoint) in out and "RMSE" in out
+
+
+def test_help_shows_defaults_from_the_code_and_names_from_the_registries(capsys):
+    from spanlift.platform.fitting.fit import FitSettings
+    from spanlift.solvers.schedules import SCHEDULES
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert f"Optimizer steps of the fit. (default: {FitSettings().iterations})" in shown
+    assert all(name in shown for name in SCHEDULES.names())  # flow too
+    assert "(default: runs/fit)" in shown and "(default: None)" not in shown
+
+
+def test_options_follow_the_fields_of_a_settings_dataclass():
+    import argparse
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    from spanlift.cli.options import DefaultsShown, add_field_options
+
+    @dataclass
+    class Settings:
+        steps: int = 7
+        """Steps to take."""
+        rate: float = 0.5
+        weights: Path | None = None
+        """Weights file."""
+
+    parser = argparse.ArgumentParser(formatter_class=DefaultsShown)
+    add_field_options(parser, Settings, ["steps", "rate", "weights"], defaults={"rate": 0.25})
+    args = parser.parse_args(["--steps", "3", "--weights", "w.pt"])
+    assert (args.steps, args.rate, args.weights) == (3, 0.25, Path("w.pt"))
+    shown = " ".join(parser.format_help().split())
+    assert "Steps to take. (default: 7)" in shown and "rate (default: 0.25)" in shown
+
+
+def test_eval_seed_offset_reaches_the_request(capsys, monkeypatch):
+    from spanlift.platform.evaluation import run_eval
+    from spanlift.seeds import FID_FIRST_SEED
+
+    requests = []
+    monkeypatch.setattr(
+        run_eval, "run_eval", lambda r, *_: requests.append(r) or run_eval.EvalReport()
+    )
+    eval_argv = ["eval", "--backbone", "gmm", "--solver", "euler", "--nfe", "3", "--no-tracking"]
+    assert run(capsys, *eval_argv)[0] == 0
+    assert run(capsys, *eval_argv, "--seed-offset", "7")[0] == 0
+    assert [r.first_seed for r in requests] == [FID_FIRST_SEED, 7]
+
+
+def test_sample_seeds_start_at_the_first_seed_asked_for():
+    from types import SimpleNamespace
+
+    from spanlift.platform.evaluation.reference import ReferenceSet
+    from spanlift.platform.evaluation.sample_metrics import evaluate_samples
+    from spanlift.solvers import SolverSpec
+
+    class Pool:
+        setup, seeds = None, None
+
+        def call(self, name):
+            return "cpu" if name == "device_name" else False
+
+        def solver_states(self, spec, checkpoint, seeds, metrics, desc):
+            self.seeds = seeds
+            return {"sampling": SimpleNamespace(mean=0.001)}
+
+    pool = Pool()
+    evaluate_samples(
+        pool, SolverSpec("euler", 3), None, 4, ("latency",), ReferenceSet("dataset"), 5
+    )
+    assert pool.seeds == [5, 6, 7, 8]
+
+
+def test_a_backbone_without_a_dataset_points_to_a_statistics_file(tmp_path):
+    from types import SimpleNamespace
+
+    from spanlift.errors import SettingsError
+    from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+    from spanlift.platform.evaluation.fid import reference_moments
+    from spanlift.platform.evaluation.reference import ReferenceSet
+
+    pool = SimpleNamespace(setup=EvaluatorSetup("gmm", "digits", tmp_path))
+    with pytest.raises(SettingsError, match=r"ships no dataset; .*--reference <file\.npz>"):
+        reference_moments(pool, ReferenceSet("dataset"), "digits")

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from spanlift.cli import fit_settings, parser
+from spanlift.cli import parser
+from spanlift.cli.fit import fit_settings
 from spanlift.errors import CheckpointError, SettingsError
 from spanlift.platform.configuration import Configuration
 from spanlift.platform.fitting.dinov2 import IMAGENET_MEAN, IMAGENET_STD, load_dinov2

@@ -17,10 +17,6 @@ PACKAGE_ROOT = Path(spanlift.__file__).parent
 NAMESPACES = ("spanlift", "spanlift.platform")
 """Packages that group layers rather than being one: their loose modules are units of their own."""
 
-TOLERATED_EDGES = {("spanlift.platform.analysis.commands", "spanlift.cli")}
-"""Module imports known to close a cycle, left out of the checks until the command-line code,
-analysis commands included, is one package. Delete an entry when its import is gone."""
-
 INDEPENDENT = ("spanlift.solvers", "spanlift.backbones", "spanlift.nowcasting")
 """Packages usable without the platform: they import neither it nor Ray nor MLflow."""
 
@@ -82,8 +78,6 @@ def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
             target = owning_module(name, trees)
             if target and target != module:
                 inside[module].add(target)
-    for source, target in TOLERATED_EDGES:
-        inside[source].discard(target)
     return inside, outside
 
 

@@ -57,7 +57,9 @@ def reference_moments(
         images = backbone.reference_images()
         if images is None:
             raise SettingsError(
-                f"reference: backbone {setup.backbone!r} ships no dataset; use reference teacher"
+                f"reference: backbone {setup.backbone!r} ships no dataset; give the statistics of "
+                "one (--reference <file.npz>, e.g. NVlabs' cifar10-32x32.npz) or use reference "
+                "teacher"
             )
         moments = pool.image_moments(images, "reference: dataset")["fid"]
     else:

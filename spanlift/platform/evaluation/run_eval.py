@@ -27,6 +27,7 @@ from spanlift.platform.results.tracking import (
     record_result,
 )
 from spanlift.platform.tracking.runs import ConfigurationRuns, run_name
+from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.loading import load_solver
 from spanlift.solvers.spanlift import SpanLift
@@ -59,6 +60,8 @@ class EvalRequest:
     evaluators: int
     reference: ReferenceSet
     tracking: Tracking | None = None
+    first_seed: int = FID_FIRST_SEED
+    """Seed of the first sample; sample i has seed first_seed + i."""
 
 
 def check_request(request: EvalRequest) -> None:
@@ -133,7 +136,13 @@ def samples_on_actors(
     metrics = tuple(m for m in request.metrics if m in SAMPLE_METRICS)
     with evaluators_on_ray(request.setup, request.evaluators) as pool:
         return evaluate_samples(
-            pool, request.spec, request.checkpoint, request.samples, metrics, request.reference
+            pool,
+            request.spec,
+            request.checkpoint,
+            request.samples,
+            metrics,
+            request.reference,
+            request.first_seed,
         )
 
 
@@ -156,6 +165,7 @@ def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport
             "samples": request.samples,
             "detector": setup.detector,
             "reference": request.reference.describe(),
+            **({} if request.first_seed == FID_FIRST_SEED else {"first_seed": request.first_seed}),
         },
         checkpoint=checkpoint,
     )

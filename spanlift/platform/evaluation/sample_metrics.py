@@ -137,8 +137,9 @@ def evaluate_samples(
     samples: int,
     metrics: tuple[str, ...],
     reference: ReferenceSet,
+    first_seed: int = FID_FIRST_SEED,
 ) -> SampleReport:
-    """`metrics` (of SAMPLE_METRICS) of `samples` samples of the solver, seeds from FID_FIRST_SEED,
+    """`metrics` (of SAMPLE_METRICS) of `samples` samples of the solver, seeds from `first_seed`,
     with the latency and throughput of the sampling itself."""
     traits = Traits(
         prompted="image_reward" in metrics and pool.call("prompted"),
@@ -151,7 +152,7 @@ def evaluate_samples(
     if "fid" in wanted:
         detector = pool.call("identity")
         ref = reference_moments(pool, reference, detector)
-    seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + samples))
+    seeds = list(range(first_seed, first_seed + samples))
     start = time.perf_counter()
     states = pool.solver_states(spec, checkpoint, seeds, wanted, label(spec))
     wall = time.perf_counter() - start

@@ -54,22 +54,36 @@ TARGETS = ("teacher", "observed")
 @dataclass(frozen=True)
 class FitSettings:
     iterations: int = 300
+    """Optimizer steps of the fit."""
     batch_size: int = 32
+    """Teacher samples per step."""
     lr: float = 5e-3
+    """Peak learning rate (after the warm-up, before the cosine decay)."""
     warmup: int = 20
+    """Steps of linear learning-rate warm-up."""
     grad_clip: float = 1.0
+    """Largest gradient norm; larger gradients are scaled down to it."""
     loss: str = "mse"
-    target: str = "teacher"  # or "observed": the backbone's observations instead of the teacher
+    """The endpoint loss ℓ; `loss_options` are its keyword arguments."""
+    target: str = "teacher"
+    """What the endpoint is matched to: "teacher" endpoints or, decoded, the backbone's
+    "observed" data."""
     seed: int = 0
+    """Seeds the solver's initial weights and the batches drawn."""
     log_every: int = 25
+    """Steps between metric reports."""
     checkpoint_every: int = 50
+    """Steps between full-state reports a fit can resume from."""
     loss_options: dict[str, Any] = field(default_factory=dict, hash=False)
     """Keyword arguments of the loss, e.g. `{dinov2_path: /models/dinov2-base, c: 0.1}` for
     `latent`; {} for the losses that take none. (A dict is not hashable: left out of the hash.)"""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay; 0 is Adam."""
     validation: float = 0.1
-    """Fraction of the teacher set held out to choose the kept state; 0: keep the last state."""
+    """Fraction of the teacher set held out to choose the kept state: the fit keeps the state of
+    the lowest loss on it, its starting state included; 0: keep the last state."""
     validate_every: int = 25
+    """Steps between validation losses."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "batch_size", "log_every", "checkpoint_every", "validate_every"):
@@ -251,48 +265,19 @@ def fit(
 ) -> FitResult:
     """Train the solver's trainable parameters to match the teacher (module docstring); the
     solver ends with the state of the lowest validation loss."""
-    params = [p for p in solver.parameters() if p.requires_grad]
-    if not params:
-        raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
+    params = trainable(solver)
     torch.manual_seed(settings.seed)
-    batches = torch.Generator().manual_seed(settings.seed + 1000 * rank())
     loss = objective(solver, settings, backbone)
     train, validation = split_validation(teacher, settings.validation)
-    device = solver_device(solver)
-    slack = None
-    groups = [{"params": params}]
-    if solver.input_slack > 0:
-        slack = torch.zeros_like(train.noise, device=device, requires_grad=True)
-        limits = slack_limits(train.noise, solver.input_slack).to(device)
-        groups.append({"params": [slack], "weight_decay": 0.0})
-    optimizer = torch.optim.AdamW(groups, lr=settings.lr, weight_decay=settings.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(settings.warmup, settings.iterations)
-    )
-    result, first = FitResult(), 0
-    best: dict[str, Any] = {
-        "iteration": 0 if validation else settings.iterations,  # no split: the last state
-        "loss": math.inf,
-        "state": None,
-    }
+    steps = Optimization.set_up(solver, params, train, settings)
+    result = FitResult()
     if resume:
-        solver.load_state_dict(resume["solver"])
-        optimizer.load_state_dict(resume["optimizer"])
-        schedule.load_state_dict(resume["schedule"])
-        batches.set_state(resume["batches"])
-        result.losses, first = list(resume["losses"]), resume["iteration"]
-        result.seconds = resume["seconds"]
-        result.validation = dict(resume["validation"])
-        best = dict(resume["best"])
-        if slack is not None:
-            slack.data.copy_(resume["slack"])
-    elif validation is not None:
-        best["loss"] = result.validation[0] = validation_loss(
-            solver, loss, validation, settings.batch_size
-        )
-        best["state"] = state_copy(solver)
+        best = steps.restore(solver, resume, result)
+    else:
+        best = starting_best(solver, loss, validation, settings, result)
     model = distributed(solver)
     start = time.perf_counter() - result.seconds
+    first = resume["iteration"] if resume else 0
     bar = tqdm(
         range(first, settings.iterations),
         initial=first,
@@ -301,29 +286,11 @@ def fit(
         disable=not progress,
     )
     for iteration in bar:
-        index = torch.randint(
-            len(train), (min(settings.batch_size, len(train)),), generator=batches
-        )
-        value = loss(model, train.subset(index), None if slack is None else slack[index.to(device)])
-        if not torch.isfinite(value):
-            raise TrainingDivergedError(
-                f"fit of {solver.spec.label()} diverged: loss is {value.item()} at iteration "
-                f"{iteration} (lr={settings.lr}); lower lr or grad_clip"
-            )
-        optimizer.zero_grad(set_to_none=True)
-        value.backward()
-        for p in solver.inactive_parameters(iteration):  # alternating schemes (S4S-Alt)
-            p.grad = None
-        torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
-        optimizer.step()
-        schedule.step()
-        if slack is not None:
-            with torch.no_grad():
-                project_slack(slack, limits)
-        result.losses.append(value.item())
+        value = steps.step(solver, model, loss, train, iteration, settings)
+        result.losses.append(value)
         done = iteration + 1
         last = done == settings.iterations
-        metrics = {"iteration": done, "loss": value.item(), "lr": schedule.get_last_lr()[0]}
+        metrics = {"iteration": done, "loss": value, "lr": steps.schedule.get_last_lr()[0]}
         if validation is not None and (done % settings.validate_every == 0 or last):
             metrics["val_loss"] = result.validation[done] = validation_loss(
                 solver, loss, validation, settings.batch_size
@@ -332,23 +299,11 @@ def fit(
                 best = {"iteration": done, "loss": metrics["val_loss"], "state": state_copy(solver)}
         if last and best["state"] is not None:
             solver.load_state_dict(best["state"])  # the kept state is what the last report saves
-        bar.set_postfix(loss=f"{value.item():.3g}")
+        bar.set_postfix(loss=f"{value:.3g}")
         checkpoint = done % settings.checkpoint_every == 0 or last
         if report and (iteration % settings.log_every == 0 or checkpoint):
-            state = None
-            if checkpoint:
-                state = {
-                    "iteration": done,
-                    "solver": solver.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(),
-                    "batches": batches.get_state(),
-                    "losses": result.losses,
-                    "seconds": time.perf_counter() - start,
-                    "validation": result.validation,
-                    "best": best,
-                    "slack": None if slack is None else slack.detach().cpu(),
-                }
+            seconds = time.perf_counter() - start
+            state = steps.state(solver, done, result, best, seconds) if checkpoint else None
             report({**metrics, "best_iteration": best["iteration"]}, state)
     if not all(torch.isfinite(p).all() for p in params):
         raise TrainingDivergedError(
@@ -357,3 +312,129 @@ def fit(
     result.seconds = time.perf_counter() - start
     result.best_iteration = best["iteration"]
     return result
+
+
+def trainable(solver: Solver) -> list[torch.nn.Parameter]:
+    """The parameters a fit updates; a solver without any is refused."""
+    params = [p for p in solver.parameters() if p.requires_grad]
+    if not params:
+        raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
+    return params
+
+
+Best = dict[str, Any]
+"""The kept state so far: its iteration, its validation loss and the solver's weights (None
+while the starting state is kept without a copy)."""
+
+
+def starting_best(
+    solver: Solver,
+    loss: Objective,
+    validation: TeacherSet | None,
+    settings: FitSettings,
+    result: FitResult,
+) -> Best:
+    """The best state before the first update: the starting state scored on the validation set,
+    or, with nothing held out, a placeholder for the last state."""
+    if validation is None:
+        return {"iteration": settings.iterations, "loss": math.inf, "state": None}
+    result.validation[0] = validation_loss(solver, loss, validation, settings.batch_size)
+    return {"iteration": 0, "loss": result.validation[0], "state": state_copy(solver)}
+
+
+@dataclass
+class Optimization:
+    """What a fit steps and what a checkpoint saves of it: AdamW over the solver's parameters
+    (and LD3's input slack δ, without weight decay), the warm-up–cosine lr schedule, and the
+    generator that draws the batches (seeded per DDP rank)."""
+
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    batches: torch.Generator
+    slack: torch.Tensor | None = None
+    limits: torch.Tensor | None = None
+
+    @classmethod
+    def set_up(
+        cls,
+        solver: Solver,
+        params: list[torch.nn.Parameter],
+        train: TeacherSet,
+        settings: FitSettings,
+    ) -> "Optimization":
+        batches = torch.Generator().manual_seed(settings.seed + 1000 * rank())
+        slack = limits = None
+        groups: list[dict[str, Any]] = [{"params": params}]
+        if solver.input_slack > 0:
+            device = solver_device(solver)
+            slack = torch.zeros_like(train.noise, device=device, requires_grad=True)
+            limits = slack_limits(train.noise, solver.input_slack).to(device)
+            groups.append({"params": [slack], "weight_decay": 0.0})
+        optimizer = torch.optim.AdamW(groups, lr=settings.lr, weight_decay=settings.weight_decay)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, warmup_cosine(settings.warmup, settings.iterations)
+        )
+        return cls(params, optimizer, schedule, batches, slack, limits)
+
+    def step(
+        self,
+        solver: Solver,
+        model: torch.nn.Module,
+        loss: Objective,
+        train: TeacherSet,
+        iteration: int,
+        settings: FitSettings,
+    ) -> float:
+        """One update on a batch drawn from `train`; its loss (a non-finite one is refused)."""
+        index = torch.randint(
+            len(train), (min(settings.batch_size, len(train)),), generator=self.batches
+        )
+        slack = None if self.slack is None else self.slack[index.to(self.slack.device)]
+        value = loss(model, train.subset(index), slack)
+        if not torch.isfinite(value):
+            raise TrainingDivergedError(
+                f"fit of {solver.spec.label()} diverged: loss is {value.item()} at iteration "
+                f"{iteration} (lr={settings.lr}); lower lr or grad_clip"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        for p in solver.inactive_parameters(iteration):  # alternating schemes (S4S-Alt)
+            p.grad = None
+        torch.nn.utils.clip_grad_norm_(self.params, settings.grad_clip)
+        self.optimizer.step()
+        self.schedule.step()
+        if self.slack is not None:
+            with torch.no_grad():
+                project_slack(self.slack, self.limits)
+        return value.item()
+
+    def state(
+        self, solver: Solver, done: int, result: FitResult, best: Best, seconds: float
+    ) -> FitState:
+        """Everything `restore` needs to continue after `done` iterations exactly."""
+        return {
+            "iteration": done,
+            "solver": solver.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "batches": self.batches.get_state(),
+            "losses": result.losses,
+            "seconds": seconds,
+            "validation": result.validation,
+            "best": best,
+            "slack": None if self.slack is None else self.slack.detach().cpu(),
+        }
+
+    def restore(self, solver: Solver, saved: FitState, result: FitResult) -> Best:
+        """Load a `state` into the solver, this optimization and `result`; its best state."""
+        solver.load_state_dict(saved["solver"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.schedule.load_state_dict(saved["schedule"])
+        self.batches.set_state(saved["batches"])
+        result.losses = list(saved["losses"])
+        result.seconds = saved["seconds"]
+        result.validation = dict(saved["validation"])
+        if self.slack is not None:
+            self.slack.data.copy_(saved["slack"])
+        return dict(saved["best"])

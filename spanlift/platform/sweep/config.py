@@ -17,9 +17,10 @@ from spanlift.backbones import BACKBONES
 from spanlift.errors import SettingsError, SpanliftError
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
+from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
 from spanlift.platform.tracking.metrics import check_search_metric
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
-from spanlift.solvers.schedules import SCHEDULES
+from spanlift.solvers.schedules import EDM_SIGMA_MAX, EDM_SIGMA_MIN, SCHEDULES
 from spanlift.solvers.spec import check_settings, steps_for_nfe
 
 
@@ -89,19 +90,31 @@ class EvaluationConfig:
 
     metrics: tuple[str, ...] = ()
     samples: int = 1000
+    """Samples scored per configuration."""
     evaluators: int = 1
-    detector: str | None = None  # None: the backbone's own default
-    reference: str = "dataset"  # dataset, teacher, or the absolute path of a statistics .npz
+    """Evaluator actors, each holding the backbone and the metrics' networks."""
+    detector: str | None = None
+    """FID detector; None: the backbone's own."""
+    reference: str = "dataset"
+    """FID reference: dataset (the backbone's training images), teacher (teacher samples), or a
+    statistics .npz such as NVlabs' cifar10-32x32.npz (the usual choice for EDM networks)."""
     reference_samples: int = 10_000
-    lpips_weights: Path | None = None  # AlexNet weights; None: torch's hub cache
-    image_reward_weights: Path | None = None  # ImageReward.pt + med_config.json folder
+    """Teacher samples in a teacher reference."""
+    lpips_weights: Path | None = None
+    """AlexNet weights for LPIPS; None: torch's hub cache
+    (~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth)."""
+    image_reward_weights: Path | None = None
+    """Folder with ImageReward.pt and med_config.json; None: ~/.cache/ImageReward."""
 
 
 @dataclass(frozen=True)
 class TeacherConfig:
-    solver: SolverSpec
+    solver: SolverSpec = DEFAULT_TEACHER
+    """The solver whose endpoints the fits match."""
     train_samples: int = 1024
+    """Teacher endpoints to fit on (training seeds)."""
     test_samples: int = 256
+    """Held-out teacher endpoints to score on (test seeds)."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +217,7 @@ def _solver_entry(data: Any, path: str, source: str, folder: Path) -> SolverEntr
     r = _Reader(data, path, source)
     r.only("name", "nfe", "schedule", "settings", "search", "fit", "label")
     name = r.get("name", str, expected="a solver name")
-    schedule = r.get("schedule", str, "edm")
+    schedule = r.get("schedule", str, SolverEntry.schedule)
     _checked(r, "schedule", lambda: SCHEDULES.get(schedule))
     _checked(r, "name", lambda: SOLVERS.get(name))
     nfe = r.get("nfe", (int, list), expected="an NFE or a list of NFEs")
@@ -228,12 +241,17 @@ def _solver_entry(data: Any, path: str, source: str, folder: Path) -> SolverEntr
         _checked(
             r, "nfe", lambda spec=spec: steps_for_nfe(spec.name, spec.nfe, spec.settings, schedule)
         )
-        _checked(r, "settings", lambda spec=spec: build_solver(spec, 0.002, 80.0, channels=1))
+        _checked(r, "settings", lambda spec=spec: build_solver(spec, *PROBE_SIGMAS, channels=1))
     return entry
 
 
+PROBE_SIGMAS = (EDM_SIGMA_MIN, EDM_SIGMA_MAX)
+"""EDM's σ range, over which every configuration is built once to check its settings before Ray
+starts (the backbone's own range may differ; what the settings allow does not)."""
+
+
 def _use_gpu(reader: _Reader) -> bool | str:
-    value = reader.get("use_gpu", (bool, str), "auto", "true, false or auto")
+    value = reader.get("use_gpu", (bool, str), Resources.use_gpu, "true, false or auto")
     if value not in (True, False, "auto"):
         reader.fail("use_gpu", value, "true, false or auto")
     return value
@@ -254,24 +272,25 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
         "lpips_weights",
         "image_reward_weights",
     )
-    metrics = tuple(e.get("metrics", list, []))
+    defaults = EvaluationConfig()
+    metrics = tuple(e.get("metrics", list, list(defaults.metrics)))
     for metric in metrics:
         if metric not in METRICS:
             e.fail("metrics", metric, f"metrics among {', '.join(METRICS)}")
-    detector = e.get("detector", str, None)
+    detector = e.get("detector", str, defaults.detector)
     if detector is not None and detector not in DETECTORS:
         e.fail("detector", detector, f"one of {', '.join(DETECTORS.names())}")
-    reference = e.get("reference", str, "dataset")
+    reference = e.get("reference", str, defaults.reference)
     if reference not in ("dataset", "teacher"):  # a statistics file, relative to the sweep file
         reference = str((folder / Path(reference).expanduser()).resolve())
         _checked(e, "reference", lambda: read_statistics(Path(reference)))
     return EvaluationConfig(
         metrics,
-        e.positive_int("samples", 1000),
-        e.positive_int("evaluators", 1),
+        e.positive_int("samples", defaults.samples),
+        e.positive_int("evaluators", defaults.evaluators),
         detector,
         reference,
-        e.positive_int("reference_samples", 10_000),
+        e.positive_int("reference_samples", defaults.reference_samples),
         lpips_weights=_optional_path(e.get("lpips_weights", str, None), folder),
         image_reward_weights=_optional_path(e.get("image_reward_weights", str, None), folder),
     )
@@ -336,16 +355,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
 
     t = r.child("teacher", {})
     t.only("solver", "nfe", "schedule", "settings", "train_samples", "test_samples")
-    teacher = TeacherConfig(
-        SolverSpec(
-            t.get("solver", str, "ipndm"),
-            t.positive_int("nfe", 35),
-            t.get("schedule", str, "edm"),
-            t.get("settings", dict, {"order": 4}),
-        ),
-        t.positive_int("train_samples", 1024),
-        t.positive_int("test_samples", 256),
-    )
+    teacher = _teacher(t)
     solvers_data = r.get("solvers", list, expected="a list of solvers to compare")
     if not solvers_data:
         r.fail("solvers", solvers_data, "at least one solver")
@@ -355,10 +365,10 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
 
     s = r.child("search", {})
     s.only("algorithm", "num_samples", "metric", "mode")
-    algorithm = s.get("algorithm", str, "grid")
+    algorithm = s.get("algorithm", str, SweepConfig.algorithm)
     if algorithm not in ("grid", "tpe"):
         s.fail("algorithm", algorithm, "'grid' or 'tpe'")
-    mode = s.get("mode", str, "min")
+    mode = s.get("mode", str, SweepConfig.mode)
     if mode not in ("min", "max"):
         s.fail("mode", mode, "'min' or 'max'")
 
@@ -386,19 +396,11 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         "evaluator_cpu",
         "evaluator_gpu",
     )
-    resources = Resources(
-        res.positive_number("trial_cpu", 0.1),
-        res.positive_int("workers", 1),
-        res.positive_number("worker_cpu", 0.9),
-        _use_gpu(res),
-        res.get("max_failures", int, 2),
-        res.positive_number("evaluator_cpu", None) if "evaluator_cpu" in res.data else None,
-        res.positive_number("evaluator_gpu", 1.0),
-    )
+    resources = _resources(res)
     tracking = r.child("tracking", {})
     tracking.only("uri")
     evaluation = _evaluation(r.child("evaluation", {}), folder)
-    metric = s.get("metric", str, "rmse")
+    metric = s.get("metric", str, SweepConfig.metric)
     _checked(s, "metric", lambda: check_search_metric(metric, evaluation.metrics))
     storage = r.get("storage", str, None)
     return SweepConfig(
@@ -417,6 +419,36 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         tracking_uri=_tracking_uri(tracking.get("uri", str, None), folder),
         storage=str((folder / storage).resolve()) if storage else DEFAULT_STORAGE,
         source=source,
+    )
+
+
+def _teacher(t: _Reader) -> TeacherConfig:
+    """The `teacher:` section; what it leaves out is DEFAULT_TEACHER's, or TeacherConfig's."""
+    defaults = TeacherConfig()
+    solver = t.get("solver", str, defaults.solver.name)
+    return TeacherConfig(
+        SolverSpec(
+            solver,
+            t.positive_int("nfe", defaults.solver.nfe),
+            t.get("schedule", str, defaults.solver.schedule),
+            t.get("settings", dict, dict(defaults.solver.settings)),
+        ),
+        t.positive_int("train_samples", defaults.train_samples),
+        t.positive_int("test_samples", defaults.test_samples),
+    )
+
+
+def _resources(res: _Reader) -> Resources:
+    """The `resources:` section; what it leaves out is Resources' default."""
+    defaults = Resources()
+    return Resources(
+        res.positive_number("trial_cpu", defaults.trial_cpu),
+        res.positive_int("workers", defaults.workers),
+        res.positive_number("worker_cpu", defaults.worker_cpu),
+        _use_gpu(res),
+        res.get("max_failures", int, defaults.max_failures),
+        res.positive_number("evaluator_cpu") if "evaluator_cpu" in res.data else None,
+        res.positive_number("evaluator_gpu", defaults.evaluator_gpu),
     )
 
 

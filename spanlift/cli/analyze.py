@@ -13,9 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spanlift.cli.options import (
+    add_backbone_options,
+    add_schedule_option,
+    add_tracking_options,
+    command,
+    parse_settings,
+    positive,
+)
 from spanlift.errors import CheckpointError, SettingsError
 
-TRACKING_DEFAULTS = "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db"
 OUT_ROOT = Path("runs") / "analyze"
 
 
@@ -43,33 +50,47 @@ class SolverAction(argparse.Action):
         namespace.solvers = entries
 
 
-def add_analyze_commands(sub: Any) -> None:
+def add_commands(sub: Any) -> None:
     """The `analyze` command and its analyses, on the subparsers `sub` of `spanlift`."""
     analyze = sub.add_parser("analyze", help="the paper's analyses: a PNG and a CSV each, tracked")
     analyses = analyze.add_subparsers(dest="analysis", required=True)
+    add_halvorsen(analyses)
+    add_ratio(analyses)
+    add_out_of_span(analyses)
 
-    halvorsen = analyses.add_parser(
-        "halvorsen", help="the linear-span limitation on the Halvorsen ODE (one step, K = 2)"
-    )
-    halvorsen.add_argument("--a", type=float, default=1.89, help="Halvorsen's a (default 1.89)")
+
+def add_halvorsen(analyses: Any) -> None:
+    summary = "the linear-span limitation on the Halvorsen ODE (one step, K = 2)"
+    command(analyses, "halvorsen", summary, cmd_halvorsen, halvorsen_options)
+
+
+def halvorsen_options(halvorsen: argparse.ArgumentParser) -> None:
+    halvorsen.add_argument("--a", type=float, default=1.89, help="Halvorsen's a")
     halvorsen.add_argument(
         "--train-states", type=int, default=2000, help="states the learned updates are fitted on"
     )
-    halvorsen.add_argument("--held-out-states", type=int, default=256)
+    halvorsen.add_argument(
+        "--held-out-states", type=int, default=256, help="states the updates are scored on"
+    )
     halvorsen.add_argument(
         "--spread",
         type=float,
         default=0.5,
-        help="std of the training trajectories' initial points around x(0) (default 0.5)",
+        help="std of the training trajectories' initial points around x(0)",
     )
-    halvorsen.add_argument("--hidden", type=int, default=64, help="MLP hidden units (default 64)")
-    halvorsen.add_argument("--seed", type=int, default=0)
+    halvorsen.add_argument("--hidden", type=int, default=64, help="MLP hidden units")
+    halvorsen.add_argument("--seed", type=int, default=0, help="seed of states and fits")
     add_common_options(halvorsen)
-    halvorsen.set_defaults(run=cmd_halvorsen)
 
-    ratio = analyses.add_parser(
-        "ratio", help="SpanLift's ‖P⊥c βΔop‖/‖P⊥c αΔbase‖ per step, c the teacher chord"
-    )
+
+def add_ratio(analyses: Any) -> None:
+    summary = "SpanLift's ‖P⊥c βΔop‖/‖P⊥c αΔbase‖ per step, c the teacher chord"
+    command(analyses, "ratio", summary, cmd_ratio, ratio_options)
+
+
+def ratio_options(ratio: argparse.ArgumentParser) -> None:
+    from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
+
     ratio.add_argument(
         "--checkpoint",
         type=Path,
@@ -78,17 +99,24 @@ def add_analyze_commands(sub: Any) -> None:
         help="a SpanLift checkpoint (spanlift fit --out); repeat for several",
     )
     add_model_options(ratio)
-    ratio.add_argument("--teacher-solver", help="teacher solver (default ipndm, order 4)")
-    ratio.add_argument("--teacher-nfe", type=int, help="teacher NFE (default 35)")
+    ratio.add_argument(
+        "--teacher-solver", help=f"teacher solver (default {DEFAULT_TEACHER.label()})"
+    )
+    ratio.add_argument(
+        "--teacher-nfe", type=int, help=f"teacher NFE (default {DEFAULT_TEACHER.nfe})"
+    )
     ratio.add_argument(
         "--teacher-set", action="append", default=[], metavar="KEY=VALUE", help="teacher setting"
     )
     add_common_options(ratio)
-    ratio.set_defaults(run=cmd_ratio)
 
-    span = analyses.add_parser(
-        "out-of-span", help="‖P⊥Δ‖/‖Δ‖ per step for any solver (Δop for SpanLift), K = 3"
-    )
+
+def add_out_of_span(analyses: Any) -> None:
+    summary = "‖P⊥Δ‖/‖Δ‖ per step for any solver (Δop for SpanLift), K = 3"
+    command(analyses, "out-of-span", summary, cmd_out_of_span, out_of_span_options)
+
+
+def out_of_span_options(span: argparse.ArgumentParser) -> None:
     span.add_argument(
         "--checkpoint", type=Path, action="append", default=[], help="a fitted solver; repeatable"
     )
@@ -106,40 +134,26 @@ def add_analyze_commands(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a setting of the --solver before it",
     )
-    span.add_argument("--schedule", default="edm", help="σ grid of the --solver entries")
+    add_schedule_option(span, "σ grid of the --solver entries")
     add_model_options(span)
     add_common_options(span)
-    span.set_defaults(run=cmd_out_of_span, solvers=[], solver_defaults={"settings": []})
+    span.set_defaults(solvers=[], solver_defaults={"settings": []})
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
     name = p.prog.split()[-1]
     p.add_argument("--out", type=Path, help=f"output folder (default {OUT_ROOT / name})")
-    p.add_argument("--experiment", default="analyze", help="MLflow experiment (default analyze)")
-    p.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
-    p.add_argument("--no-tracking", action="store_true", help="do not record an MLflow run")
+    p.add_argument("--experiment", default="analyze", help="MLflow experiment")
+    add_tracking_options(p)
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backbone", default="digits", help="registered backbone (default digits)")
-    p.add_argument(
-        "--backbone-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="backbone option, e.g. weights=model.pkl (see `spanlift backbones`)",
-    )
+    add_backbone_options(p)
     p.add_argument(
         "--samples", type=int, default=256, help="held-out samples (the first FID seeds)"
     )
     p.add_argument("--batch-size", type=int, default=256, help="samples per rollout batch")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-
-
-def positive(flag: str, value: int) -> int:
-    if value < 1:
-        raise SettingsError(f"{flag}: expected a positive number, got {value}")
-    return value
 
 
 @dataclass
@@ -270,7 +284,6 @@ def model_and_seeds(args: argparse.Namespace) -> tuple[Any, range, Any]:
     import torch
 
     from spanlift.backbones import load_backbone
-    from spanlift.cli import parse_settings
     from spanlift.seeds import FID_FIRST_SEED
 
     positive("--samples", args.samples)
@@ -310,7 +323,6 @@ def unique(labels: list[str], hints: list[str]) -> list[str]:
 
 
 def cmd_ratio(args: argparse.Namespace) -> None:
-    from spanlift.cli import parse_settings
     from spanlift.platform.analysis.chord_ratio import chord_ratio, chord_table, plot_chord_ratio
     from spanlift.platform.analysis.record import metric_key
     from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, generate_teacher
@@ -387,7 +399,6 @@ def out_of_span_label(spec: Any) -> str:
 def cmd_out_of_span(args: argparse.Namespace) -> None:
     import torch
 
-    from spanlift.cli import parse_settings
     from spanlift.platform.analysis.out_of_span import (
         format_out_of_span,
         out_of_span_table,

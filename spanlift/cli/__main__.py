@@ -1,0 +1,7 @@
+"""`python -m spanlift.cli …`, the same as `spanlift …`."""
+
+import sys
+
+from spanlift.cli import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""`spanlift eval`: score one solver on parallel Ray evaluator actors (FID, LPIPS, ImageReward,
+latency, SpanLift diagnostics) and record an MLflow run."""
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from spanlift.cli.options import (
+    add_backbone_options,
+    add_field_options,
+    add_ray_options,
+    add_solver_options,
+    add_tracking_options,
+    among,
+    command,
+    parse_settings,
+)
+from spanlift.seeds import FID_FIRST_SEED
+
+REFERENCE_OPTIONS = ("reference", "reference_samples", "lpips_weights", "image_reward_weights")
+
+
+def add_commands(sub: Any) -> None:
+    summary = "score one solver on parallel Ray evaluator actors"
+    command(sub, "eval", summary, cmd_eval, add_eval_options)
+
+
+def add_eval_options(ev: argparse.ArgumentParser) -> None:
+    from spanlift.platform.detectors.registry import DETECTORS
+    from spanlift.platform.evaluation.run_eval import METRICS, SAMPLES_CPU, SAMPLES_GPU
+    from spanlift.platform.sweep.config import EvaluationConfig
+
+    add_backbone_options(ev)
+    add_solver_options(ev)
+    ev.add_argument("--checkpoint", type=Path, help="fitted solver (spanlift fit / sweep output)")
+    ev.add_argument("--metrics", default="fid", help=f"comma-separated, of {', '.join(METRICS)}")
+    ev.add_argument(
+        "--samples",
+        type=int,
+        help=f"samples scored (default {SAMPLES_GPU} with CUDA, the papers' FID protocol; "
+        f"{SAMPLES_CPU} without)",
+    )
+    ev.add_argument(
+        "--seed-offset",
+        type=int,
+        default=FID_FIRST_SEED,
+        help="seed of the first sample; sample i has seed offset + i",
+    )
+    add_field_options(ev, EvaluationConfig, ("evaluators",), defaults={"evaluators": 2})
+    ev.add_argument(
+        "--detector",
+        help=f"FID detector ({among(DETECTORS)}; digits is the digits feature loss's own); "
+        "default: the backbone's (digits: digits_eval)",
+    )
+    ev.add_argument("--detector-weights", type=Path, help="detector weights file")
+    add_field_options(ev, EvaluationConfig, REFERENCE_OPTIONS)
+    ev.add_argument("--cache-dir", type=Path, default=Path("runs/eval-cache"), help="cache folder")
+    ev.add_argument("--experiment", help="MLflow experiment (default: eval-<backbone>)")
+    add_tracking_options(ev)
+    add_ray_options(ev)
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from spanlift.backbones import load_backbone
+    from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+    from spanlift.platform.evaluation.reference import ReferenceSet
+    from spanlift.platform.evaluation.run_eval import (
+        EvalRequest,
+        Tracking,
+        default_samples,
+        run_eval,
+    )
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    from spanlift.solvers import SolverSpec
+
+    backbone_options = parse_settings(args.backbone_option)
+    detector = args.detector or load_backbone(args.backbone, **backbone_options).fid_detector
+    experiment = args.experiment or f"eval-{args.backbone}"
+    request = EvalRequest(
+        setup=EvaluatorSetup(
+            args.backbone,
+            detector,
+            args.cache_dir,
+            backbone_options=backbone_options,
+            detector_weights=args.detector_weights,
+            lpips_weights=args.lpips_weights,
+            image_reward_weights=args.image_reward_weights,
+        ),
+        spec=SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set)),
+        checkpoint=args.checkpoint,
+        metrics=tuple(m.strip() for m in args.metrics.split(",") if m.strip()),
+        samples=default_samples() if args.samples is None else args.samples,
+        evaluators=args.evaluators,
+        reference=ReferenceSet.from_setting(args.reference, args.reference_samples),
+        tracking=None
+        if args.no_tracking
+        else Tracking(resolve_tracking_uri(args.tracking_uri), experiment),
+        first_seed=args.seed_offset,
+    )
+    report = run_eval(request, Path("runs"), args.address, args.num_cpus)
+    if report.diagnostics is not None:
+        print(report.diagnostics.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        print("wrote " + ", ".join(str(f) for f in report.files))
+    if report.samples is not None:
+        print_sample_report(report.samples, args.evaluators)
+    print(f"evaluated in {report.seconds:.0f} s")
+    if report.run_id:
+        print(f"MLflow run {report.run_id} in experiment {experiment!r} at {request.tracking.uri}")
+
+
+def print_sample_report(samples: Any, evaluators: int) -> None:
+    if samples.fid is not None:
+        fid = samples.fid
+        print(
+            f"fid {fid.fid:.4f}  ({fid.samples} samples against {fid.reference}; "
+            f"detector {fid.detector})"
+        )
+    for name, value in samples.means.items():
+        against = samples.measures.get(f"{name}.reference")
+        print(f"{name} {value:.4f}" + (f"  (against {against})" if against else ""))
+    for name, reason in samples.unavailable.items():
+        print(f"{name} unavailable: {reason}")
+    print(
+        f"sampling: {samples.latency_ms_per_image:.3f} ms/image per evaluator, "
+        f"{samples.throughput_images_per_s:.1f} images/s over {evaluators} evaluators "
+        f"on {samples.device}"
+    )

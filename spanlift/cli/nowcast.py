@@ -1,0 +1,146 @@
+"""`spanlift nowcast synth | prepare | eval`: the precipitation-nowcasting suite (SEVIR)."""
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from spanlift.cli.options import (
+    DEFAULT_CACHE,
+    add_field_options,
+    add_ray_options,
+    add_tracking_options,
+    command,
+    field_values,
+    positive,
+)
+
+NOWCAST_UNET = "spanlift/backbones/weights/nowcast_unet.pt"
+ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
+PAPER_SOLVERS = "all six, spanlift+pooled and spanlift+observed"
+FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed")
+NOWCAST_FIT = {"iterations": 200, "batch_size": 16}
+"""The suite's fit settings where they differ from FitSettings' defaults."""
+
+
+def add_commands(sub: Any) -> None:
+    nowcast = sub.add_parser("nowcast", help="the precipitation-nowcasting suite (SEVIR)")
+    steps = nowcast.add_subparsers(dest="nowcast", required=True)
+    add_synth(steps)
+    add_prepare(steps)
+    add_eval(steps)
+
+
+def add_synth(steps: Any) -> None:
+    command(steps, "synth", "write synthetic storms in SEVIR's layout", cmd_synth, synth_options)
+
+
+def synth_options(synth: argparse.ArgumentParser) -> None:
+    synth.add_argument("--events", type=int, default=64, help="storm events")
+    synth.add_argument("--seed", type=int, default=0, help="seed of the storms")
+    synth.add_argument("--out", type=Path, default=Path("data/sevir_synth"), help="folder")
+
+
+def add_prepare(steps: Any) -> None:
+    summary = "SEVIR → SEVIR-LR windows in Zarr or NetCDF, once"
+    command(steps, "prepare", summary, cmd_prepare, prepare_options)
+
+
+def prepare_options(prepare: argparse.ArgumentParser) -> None:
+    prepare.add_argument("--sevir-root", type=Path, required=True, help="folder with CATALOG.csv")
+    prepare.add_argument("--out", type=Path, required=True, help="a .zarr or .nc path")
+    prepare.add_argument("--stride", type=int, default=12, help="frames between windows")
+
+
+def add_eval(steps: Any) -> None:
+    summary = "the paper's nowcasting table: fit, score, record"
+    command(steps, "eval", summary, cmd_eval, eval_options)
+
+
+def eval_options(ev: argparse.ArgumentParser) -> None:
+    from spanlift.platform.fitting.fit import FitSettings
+
+    ev.add_argument(
+        "--data", type=Path, default=Path("data/sevir_synth"), help="SEVIR folder or store"
+    )
+    ev.add_argument(
+        "--solvers",
+        default="ddim,dpm_solver_pp,spanlift",
+        help="comma-separated of ddim, dpm_solver_pp, unipc, ipndm, dyweight, spanlift, each "
+        "optionally +pooled (pooled-field loss) and/or +observed (fit to observed frames); "
+        f"or 'paper' for {PAPER_SOLVERS}",
+    )
+    ev.add_argument("--nfe", type=int, default=5, help="steps of the few-step solvers")
+    ev.add_argument("--teacher-nfe", type=int, default=100, help="DDIM teacher steps")
+    ev.add_argument("--train-samples", type=int, default=256, help="teacher samples to fit on")
+    ev.add_argument("--test-samples", type=int, default=0, help="0: every held-out window")
+    add_field_options(ev, FitSettings, FIT_OPTIONS, defaults=NOWCAST_FIT)
+    ev.add_argument("--weights", type=Path, help=f"denoiser weights (default {NOWCAST_UNET})")
+    ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors")
+    ev.add_argument("--lpips-weights", type=Path, help=f"AlexNet weights (default {ALEXNET_HINT})")
+    ev.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
+    ev.add_argument("--out", type=Path, default=Path("runs/nowcast"), help="results folder")
+    ev.add_argument("--experiment", help="MLflow experiment (default: nowcast-<data folder>)")
+    add_tracking_options(ev)
+    add_ray_options(ev)
+
+
+def cmd_synth(args: argparse.Namespace) -> None:
+    from spanlift.nowcasting.synthetic import write_synthetic_sevir
+
+    positive("--events", args.events)
+    root = write_synthetic_sevir(args.out, events=args.events, seed=args.seed)
+    print(f"wrote {args.events} synthetic storm events in SEVIR's layout to {root}")
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from spanlift.nowcasting.store import prepare_sevir_lr
+
+    path = prepare_sevir_lr(args.sevir_root, args.out, stride=args.stride)
+    print(f"wrote SEVIR-LR windows to {path}")
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from spanlift.platform.nowcast_suite import format_table, run_suite
+
+    result = run_suite(suite_request(args), args.address, args.num_cpus)
+    experiment = result_experiment(args)
+    samples = next(iter(result.reports.values())).samples
+    print(f"\nskill on {samples} held-out windows of {args.data} (VIL ≥ threshold, counts summed)")
+    print(format_table(result))
+    for reason in next(iter(result.reports.values())).unavailable.values():
+        print(reason)
+    print("wrote " + ", ".join(str(f) for f in result.files))
+    if result.run_ids:
+        print(f"MLflow: {len(result.run_ids)} runs in experiment {experiment!r}; rank them:")
+        print(f"  spanlift leaderboard --experiment {experiment} --metric csi16")
+
+
+def result_experiment(args: argparse.Namespace) -> str:
+    """The MLflow experiment: --experiment, else nowcast-<data folder>."""
+    return args.experiment or f"nowcast-{Path(args.data).name.replace('_', '-')}"
+
+
+def suite_request(args: argparse.Namespace) -> Any:
+    """The suite the options ask for; counts below 1 refused."""
+    from spanlift.platform.fitting.fit import FitSettings
+    from spanlift.platform.nowcast_suite import SuiteRequest, parse_solvers
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    from spanlift.solvers import SolverSpec
+
+    for name in ("train_samples", "evaluators", "teacher_nfe", "nfe"):
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    fit = FitSettings(**field_values(args, FitSettings, FIT_OPTIONS))
+    return SuiteRequest(
+        data=args.data,
+        rows=tuple(parse_solvers(args.solvers, args.nfe, fit)),
+        teacher=SolverSpec("euler", args.teacher_nfe),
+        train_samples=args.train_samples,
+        test_samples=args.test_samples,
+        evaluators=args.evaluators,
+        cache=args.cache,
+        out=args.out,
+        weights=args.weights,
+        lpips_weights=args.lpips_weights,
+        tracking_uri=None if args.no_tracking else resolve_tracking_uri(args.tracking_uri),
+        experiment=result_experiment(args),
+    )

@@ -1,0 +1,227 @@
+"""How the `spanlift` commands build their options: from the typed settings, once.
+
+A settings dataclass is the one source of an option's name, type, default and help:
+`add_field_options(parser, FitSettings, ["iterations", "lr"])` adds `--iterations` and `--lr`
+typed as the fields are, defaulting to the fields' defaults, explained by the docstrings written
+under the fields. `--help` shows every default from the code (`DefaultsShown`).
+"""
+
+import argparse
+import ast
+import inspect
+import itertools
+import textwrap
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import MISSING, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spanlift.errors import SettingsError
+from spanlift.registry import Registry
+
+TRACKING_DEFAULTS = "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db"
+DEFAULT_CACHE = Path(".spanlift") / "cache"
+
+
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` appends each option's default, as the code sets it, unless there is nothing to
+    show (no default, a switch that is off, an empty list) or the help explains the default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        default = action.default
+        nothing = default is None or default is False or default == []
+        if nothing or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser that adds its options only when the command is used (parsed, or asked
+    for its help): `spanlift X` imports the registries of X's options, not of every command."""
+
+    def __init__(
+        self, *args: Any, add_options: Callable[[Any], None] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_options = add_options
+
+    def with_options(self) -> "CommandParser":
+        if self.add_options is not None:
+            add, self.add_options = self.add_options, None
+            add(self)
+        return self
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        return super(CommandParser, self.with_options()).parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        return super(CommandParser, self.with_options()).format_help()
+
+    def format_usage(self) -> str:
+        return super(CommandParser, self.with_options()).format_usage()
+
+
+def command(
+    sub: Any,
+    name: str,
+    summary: str,
+    run: Callable[..., Any],
+    add_options: Callable[[Any], None] | None = None,
+) -> argparse.ArgumentParser:
+    """The subcommand `name`, running `run(args)`, its options added by `add_options(parser)`
+    when it is used, its defaults shown in its `--help`."""
+    parser = sub.add_parser(
+        name,
+        help=summary,
+        description=summary,
+        formatter_class=DefaultsShown,
+        add_options=add_options,
+    )
+    parser.set_defaults(run=run)
+    return parser
+
+
+@cache
+def field_docs(settings: type) -> dict[str, str]:
+    """The docstring written under each field of the dataclass `settings`, on one line."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(settings)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def option_type(annotation: Any) -> type:
+    """The type an option's value is read as: `int | None` → int, `Path | None` → Path."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        (annotation,) = (a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation
+
+
+def among(registry: Registry) -> str:
+    """The names a registry holds, for a help text: 'one of: a, b, c'."""
+    return f"one of: {', '.join(registry.names())}"
+
+
+def add_field_options(
+    parser: argparse.ArgumentParser,
+    settings: type,
+    names: Iterable[str],
+    defaults: Mapping[str, Any] | None = None,
+    choices: Mapping[str, Registry] | None = None,
+) -> None:
+    """`--<name>` for each named field of the dataclass `settings` (underscores become dashes):
+    read as the field's type, defaulting to the field's default (or to `defaults[name]`, where a
+    command differs), with the field's docstring as help; a name in `choices` lists the names of
+    its registry in the help (the registry itself checks the value, with its own message)."""
+    by_name = {f.name: f for f in fields(settings)}
+    hints = typing.get_type_hints(settings)
+    docs, defaults, choices = field_docs(settings), defaults or {}, choices or {}
+    for name in names:
+        default = defaults.get(name, by_name[name].default)
+        if default is MISSING:
+            raise TypeError(f"{settings.__name__}.{name} has no default to offer")
+        help_text = docs.get(name, "")
+        if name in choices:
+            help_text = f"{help_text} ({among(choices[name])})".strip()
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=option_type(hints[name]),
+            default=default,
+            help=help_text or name.replace("_", " "),
+        )
+
+
+def field_values(args: argparse.Namespace, settings: type, names: Iterable[str]) -> dict[str, Any]:
+    """The parsed values of the options `add_field_options` added, by field name."""
+    known = {f.name for f in fields(settings)}
+    return {name: getattr(args, name) for name in names if name in known}
+
+
+def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
+    """`key=value` pairs into a dict; values are read as YAML (3 → int, true → bool, {..} → dict)."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"--set expects key=value, got {pair!r}")
+        settings[key] = yaml.safe_load(value)
+    return settings
+
+
+def add_key_values(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    """A repeatable `flag KEY=VALUE` option, collected as a list (read by `parse_settings`)."""
+    parser.add_argument(flag, action="append", default=[], metavar="KEY=VALUE", help=help_text)
+
+
+def add_backbone_options(parser: argparse.ArgumentParser, default: str = "digits") -> None:
+    """`--backbone NAME` and its repeatable `--backbone-option KEY=VALUE`."""
+    from spanlift.backbones import BACKBONES
+
+    parser.add_argument(
+        "--backbone", default=default, help=f"registered backbone ({among(BACKBONES)})"
+    )
+    add_key_values(
+        parser,
+        "--backbone-option",
+        "backbone option, e.g. weights=model.pkl (see `spanlift backbones`)",
+    )
+
+
+def add_solver_options(parser: argparse.ArgumentParser) -> None:
+    """`--solver NAME --nfe N [--schedule S] [--set KEY=VALUE …]`: one solver to build."""
+    from spanlift.solvers import SOLVERS
+
+    parser.add_argument("--solver", required=True, help=f"registered solver ({among(SOLVERS)})")
+    parser.add_argument(
+        "--nfe", type=int, required=True, help="model evaluations the solver spends"
+    )
+    add_schedule_option(parser)
+    add_key_values(parser, "--set", "solver setting (see `spanlift solvers`)")
+
+
+def add_schedule_option(parser: argparse.ArgumentParser, help_text: str = "σ grid") -> None:
+    """`--schedule NAME`, defaulting to a solver spec's schedule, its names from the registry."""
+    from spanlift.solvers import SolverSpec
+    from spanlift.solvers.schedules import SCHEDULES
+
+    default = next(f.default for f in fields(SolverSpec) if f.name == "schedule")
+    parser.add_argument(
+        "--schedule",
+        default=default,
+        help=f"{help_text} ({among(SCHEDULES)}; see spanlift/solvers/schedules.py)",
+    )
+
+
+def add_tracking_options(
+    parser: argparse.ArgumentParser, store_defaults: str = TRACKING_DEFAULTS
+) -> None:
+    """`--tracking-uri URI` and `--no-tracking`."""
+    parser.add_argument("--tracking-uri", help=f"MLflow store (default: {store_defaults})")
+    parser.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
+
+
+def add_ray_options(parser: argparse.ArgumentParser) -> None:
+    """`--address` and `--num-cpus`: the Ray cluster to join, or the local Ray's size."""
+    parser.add_argument("--address", help="Ray cluster address (default: a local Ray)")
+    parser.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
+
+
+def positive(flag: str, value: int) -> int:
+    """`value`, refused unless ≥ 1, with the option's name in the message."""
+    if value < 1:
+        raise SettingsError(f"{flag}: expected a positive number, got {value}")
+    return value
