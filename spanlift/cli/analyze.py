@@ -353,7 +353,7 @@ def cmd_ratio(args: argparse.Namespace) -> None:
         backbone, seeds, teacher_spec, args.batch_size, sys.stderr.isatty(), device
     )
     labels = unique(
-        [s.spec.settings.get("base", "dyweight") for s in solvers],
+        [s.base.name for s in solvers],
         [p.name for p in args.checkpoint],
     )
     noise = teacher.noise.to(device)
@@ -391,9 +391,12 @@ def cmd_ratio(args: argparse.Namespace) -> None:
 
 
 def out_of_span_label(spec: Any) -> str:
-    if spec.name == "spanlift":
-        return f"spanlift+{spec.settings.get('base', 'dyweight')}"
-    return spec.label()
+    """`<solver>+<base>` for a solver built around a base (its default base when unset), else
+    the spec's label."""
+    from spanlift.solvers import SOLVERS, solver_settings
+
+    base = {**solver_settings(SOLVERS.get(spec.name)), **spec.settings}.get("base")
+    return f"{spec.name}+{base}" if base else spec.label()
 
 
 def cmd_out_of_span(args: argparse.Namespace) -> None:
