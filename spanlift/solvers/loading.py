@@ -27,12 +27,19 @@ def build(spec: SolverSpec, backbone: SigmaRange) -> Solver:
 
 
 def load_solver(spec: SolverSpec, checkpoint: Path | None, backbone: SigmaRange) -> Solver:
-    """The solver of `spec`, or the one saved in `checkpoint` (its spec and weights) when given."""
+    """The solver of `spec`, or the one saved in `checkpoint` (its spec and weights) when given.
+
+    A checkpoint holds every weight of the solver, a fitted base's too, so it is built without
+    reading the base's own file (`base_checkpoint` names where the base came from, which may be
+    on another machine or folder): a checkpoint loads wherever it is put."""
     if checkpoint is None:
         return build(spec, backbone)
     state = read_checkpoint(checkpoint)
-    solver = build(SolverSpec.from_dict(state["spec"]), backbone)
+    saved = SolverSpec.from_dict(state["spec"])
+    standalone = {k: v for k, v in saved.settings.items() if k != "base_checkpoint"}
+    solver = build(replace(saved, settings=standalone), backbone)
     solver.load_state_dict(state["state"])
+    solver.spec = saved
     return solver
 
 
