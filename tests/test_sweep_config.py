@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spanlift.errors import SettingsError
 from spanlift.platform.ray_runtime import TrialBundle, concurrent_trials
 from spanlift.platform.sweep.config import SweepConfigError, load_sweep, parse_sweep
 from tests.cli_run import ROOT
@@ -120,6 +121,7 @@ def changed(path: list, value: object) -> dict:
             "evaluation.reference: FID reference",  # neither keyword: a statistics file
         ),
         (changed(["evaluation"], {"samples": 0}), "evaluation.samples: expected a positive"),
+        (changed(["storage"], "s3://bucket/runs"), "storage: 's3://bucket/runs' is a URI"),
         ({k: v for k, v in VALID.items() if k != "experiment"}, "experiment: expected a value"),
         (["not", "a", "mapping"], "top level: expected a mapping"),
     ],
@@ -244,3 +246,17 @@ def test_a_tpe_trial_keeps_its_entrys_schedule():
         }
     )
     assert trial_spec({"entry": 0, "0.nfe": 3}, config).schedule == "logsnr"
+
+
+def test_a_storage_uri_on_the_command_line_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`--storage s3://…` once wrote everything into a local folder named `s3:` and exited 0."""
+    from spanlift.platform.sweep.driver import run_sweep
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(VALID, sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingsError, match="'gs://bucket/runs' is a URI"):
+        run_sweep(path, storage="gs://bucket/runs", tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]

@@ -7,6 +7,7 @@ See `sweeps/digits_nfe.yaml` for a commented example of every section.
 
 import itertools
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,20 @@ class _Reader:
         if value <= 0:
             self.fail(key, value, "a positive number")
         return float(value)
+
+
+URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def check_storage(storage: str) -> str:
+    """`storage` if it names a folder (local, or a file system every node mounts, e.g. EFS);
+    a URI such as s3:// or gs:// is refused rather than written as a local folder of that name."""
+    if URI_SCHEME.match(storage):
+        raise SettingsError(
+            f"{storage!r} is a URI; sweeps are stored in a folder (local, or a shared file "
+            "system mounted on every node); bucket URIs are not supported"
+        )
+    return storage
 
 
 def _checked(reader: _Reader, key: str, check: Any) -> None:
@@ -403,6 +418,8 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
     metric = s.get("metric", str, SweepConfig.metric)
     _checked(s, "metric", lambda: check_search_metric(metric, evaluation.metrics))
     storage = r.get("storage", str, None)
+    if storage:
+        _checked(r, "storage", lambda: check_storage(storage))
     return SweepConfig(
         experiment=r.get("experiment", str, expected="an experiment name"),
         backbone=backbone_name,

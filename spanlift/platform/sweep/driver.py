@@ -26,7 +26,7 @@ from ray.tune.search.optuna import OptunaSearch
 from spanlift.platform.configuration import digest
 from spanlift.platform.evaluation.pool import running_evaluators
 from spanlift.platform.ray_runtime import Reserved, TrialBundle, check_fits, ray_address, start_ray
-from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.config import SweepConfig, check_storage, load_sweep
 from spanlift.platform.sweep.progress import console_settings, quiet_console, restore_console
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
@@ -137,7 +137,8 @@ def make_tuner(
 
 
 def sweep_root(config: SweepConfig, storage: str | None) -> Path:
-    return Path(storage or config.storage).resolve() / config.experiment
+    """`<storage>/<experiment>`: the command line's storage folder, else the sweep file's."""
+    return Path(check_storage(storage) if storage else config.storage).resolve() / config.experiment
 
 
 def with_gpu_choice(config: SweepConfig) -> SweepConfig:
@@ -173,9 +174,9 @@ def run_sweep(
     # is checked in the sweep file (`check_search_metric`) and in each trial's last report.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     config = load_sweep(path)
+    root = sweep_root(config, storage)
     uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
     experiment_id(connect(uri), config.experiment, create=True)
-    root = sweep_root(config, storage)
     check_restart(root, config, resume, restart)
     address = ray_address(address)
     start_ray(address, root, num_cpus, verbose=verbose)
