@@ -122,3 +122,13 @@ def test_spanlift_steps_on_its_base_learned_grid(gmm, base, base_settings):
             [torch.tensor(i / lifted.num_steps).double(), lam / 10, (lam_next - lam) / 10]
         )
         torch.testing.assert_close(xi, expected.float())
+
+
+def test_a_base_that_steps_through_substeps_is_refused_when_built(gmm):
+    """AMED-Plugin's step is two substeps on an interleaved grid, not x + h·Δ: SpanLift, which
+    adds to the base's Δ, once built on it and failed only in the middle of a rollout."""
+    from spanlift.errors import SettingsError
+
+    spec = SolverSpec("spanlift", 4, settings={"base": "amed_plugin"})
+    with pytest.raises(SettingsError, match="amed_plugin"):
+        build_solver(spec, gmm.sigma_min, gmm.sigma_max, 1)

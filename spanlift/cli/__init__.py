@@ -14,6 +14,7 @@
     spanlift train-digits                 retrain the embedded digits denoiser
     spanlift train-nowcast                retrain the embedded nowcasting denoiser
     spanlift train-digits-detector [--detector digits_eval]   retrain a digits FID detector
+    spanlift doctor [sweeps/edm_cifar10.yaml] [--address auto] [--device cpu]   ready to sweep?
 
 One module per group of commands, each adding its commands with `add_commands`; their options
 come from the typed settings (`spanlift.cli.options`). User errors print one line and exit with
@@ -24,11 +25,21 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spanlift.cli import analyze, evaluate, fit, leaderboard, listing, nowcast, sweep, train
+from spanlift.cli import (
+    analyze,
+    doctor,
+    evaluate,
+    fit,
+    leaderboard,
+    listing,
+    nowcast,
+    sweep,
+    train,
+)
 from spanlift.cli.options import CommandParser
 from spanlift.errors import SpanliftError
 
-COMMAND_GROUPS = (listing, fit, sweep, evaluate, nowcast, analyze, leaderboard, train)
+COMMAND_GROUPS = (listing, fit, sweep, evaluate, nowcast, analyze, leaderboard, train, doctor)
 
 
 def parser() -> argparse.ArgumentParser:

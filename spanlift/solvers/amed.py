@@ -197,6 +197,7 @@ class AMEDPlugin(IntermediatePointSolver):
     """AMED-Plugin: a base multistep solver on σ_0, s_0, σ_1, …, σ_N, the landing on σ_{i+1} scaled by c_i."""
 
     name = "amed_plugin"
+    steps_by_direction = False  # two substeps per step on the interleaved grid (`steps`)
 
     def __init__(
         self,

@@ -71,6 +71,9 @@ class Solver(nn.Module):
     buffer_size: int = 1
     supervision: ClassVar[str] = "endpoint"
     input_slack: float = 0.0
+    steps_by_direction: ClassVar[bool] = True
+    """Each step is x_{i+1} = x_i + h_i Δ_i with Δ_i from `direction`, so a solver built around
+    this one (SpanLift) can add to Δ_i; False where `steps` takes substeps (AMED-Plugin)."""
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False) -> None:
         super().__init__()

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.on_base import OnBase, build_base
@@ -61,6 +62,11 @@ class SpanLift(OnBase):
                 trainable=not freeze_base,
             )
         )
+        if not self.base.steps_by_direction:
+            raise SettingsError(
+                f"spanlift cannot take {base!r} as its base: {base} steps through substeps, not "
+                "x + h·Δ, so there is no Δ to add to"
+            )
         self.history = check_positive("history", history)
         self.buffer_size = max(self.base.buffer_size, history)
         self.operator = OPERATORS.get(operator)(

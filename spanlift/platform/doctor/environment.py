@@ -1,0 +1,98 @@
+"""The environment a sweep is about to run in: Ray, the MLflow store, the storage, the sweep file.
+
+Each check reads only (a probe file in the storage folder is written and removed); none creates
+an MLflow store or experiment.
+"""
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from spanlift.platform.doctor.report import Skipped
+
+Check = tuple[str, Callable[[], str | None]]
+
+
+def ray_check(address: str | None) -> str:
+    """Join the cluster at `address` (or $RAY_ADDRESS), or start a private local Ray; its nodes,
+    CPUs and GPUs. A Ray this check started is stopped again."""
+    import ray
+
+    from spanlift.platform.ray_runtime import ray_address, start_ray
+
+    joined = ray.is_initialized()
+    if not joined:
+        start_ray(
+            ray_address(address), Path(tempfile.mkdtemp(prefix="spanlift-doctor-")), verbose=False
+        )
+    try:
+        resources = ray.cluster_resources()
+        nodes = sum(node["Alive"] for node in ray.nodes())
+    finally:
+        if not joined:
+            ray.shutdown()
+    where = ray_address(address) or "a local Ray"
+    return (
+        f"{where}: {nodes} node(s), {resources.get('CPU', 0):g} CPUs, "
+        f"{resources.get('GPU', 0):g} GPUs"
+    )
+
+
+def mlflow_check(uri: str | None) -> str:
+    """The tracking store answers (a server) or its SQLite file can be written (created on the
+    first run when absent, not here)."""
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(uri)
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if not path.exists():
+            writable(path.parent)
+            return f"{uri}: absent, will be created by the first run"
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    from mlflow.tracking import MlflowClient
+
+    experiments = MlflowClient(uri).search_experiments(max_results=1000)
+    return f"{uri}: {len(experiments)} experiment(s)"
+
+
+def writable(folder: Path) -> None:
+    """Write and remove a probe file in `folder` (created if absent)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".spanlift-doctor-{os.getpid()}"
+    probe.write_text("probe")
+    probe.unlink()
+
+
+def storage_check(storage: str | None, sweep: Path | None) -> str:
+    """The storage folder of `--storage`, else of the sweep file, can be written."""
+    from spanlift.platform.sweep.config import DEFAULT_STORAGE, check_storage, load_sweep
+
+    if storage is None and sweep is not None:
+        storage = load_sweep(sweep).storage
+    folder = Path(check_storage(storage or DEFAULT_STORAGE)).resolve()
+    writable(folder)
+    return f"{folder} is writable"
+
+
+def sweep_check(sweep: Path | None) -> str:
+    """The sweep file is valid and the files and code it names are present (what loading it
+    checks), and how many configurations it holds."""
+    if sweep is None:
+        raise Skipped("no sweep file given")
+    from spanlift.platform.sweep.config import load_sweep
+    from spanlift.platform.sweep.summary import expected_configurations
+
+    config = load_sweep(sweep)
+    return f"{sweep}: backbone {config.backbone}, {expected_configurations(config)} configurations"
+
+
+def environment_checks(
+    sweep: Path | None, address: str | None, tracking_uri: str | None, storage: str | None
+) -> Iterator[Check]:
+    yield "sweep file", lambda: sweep_check(sweep)
+    yield "storage", lambda: storage_check(storage, sweep)
+    yield "MLflow store", lambda: mlflow_check(tracking_uri)
+    yield "Ray", lambda: ray_check(address)

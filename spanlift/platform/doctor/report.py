@@ -1,0 +1,33 @@
+"""One check's outcome, and running a check so that its failure is reported, not raised."""
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["pass", "FAIL", "skip"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status
+    name: str
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{self.status:<5} {self.name}" + (f"  {self.detail}" if self.detail else "")
+
+
+class Skipped(Exception):
+    """Raised by a check that cannot run here; its message says why."""
+
+
+def checked(name: str, body: Callable[[], str | None]) -> Outcome:
+    """Run `body`: pass with the detail it returns, skip on `Skipped`, FAIL with the last line of
+    any other error (a check reports its failure and the others still run)."""
+    try:
+        return Outcome("pass", name, body() or "")
+    except Skipped as reason:
+        return Outcome("skip", name, str(reason))
+    except Exception as error:
+        return Outcome("FAIL", name, traceback.format_exception_only(error)[-1].strip())
