@@ -3,7 +3,7 @@
 1. Images per second of FID feature extraction on 1 and 2 evaluator actors (each pinned to its
    share of CPU threads), for the digits detector and for Inception on a subset.
 2. FID (against the 1 797 digits) of every solver at each NFE, with the `digits` detector (the
-   default here, as in the README's Results; the digits backbone's own default is `digits_eval`),
+   default here, as in docs/results.md; the digits backbone's own default is `digits_eval`),
    `--detector digits_eval` or Inception (`--detector inception`, on fewer samples), learned
    solvers fitted first by endpoint teacher matching (SpanLift on a fitted DyWeight base).
 

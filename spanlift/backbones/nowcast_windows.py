@@ -83,7 +83,9 @@ class NowcastWindows:
         for split in ("train", "test"):
             chosen = np.flatnonzero(store.split.values == split)
             if chosen.size == 0:
-                raise DataError(f"{data}: no {split} windows (the split is by date; see README)")
+                raise DataError(
+                    f"{data}: no {split} windows (the split is by date; see docs/nowcasting.md)"
+                )
             frames = store.vil.isel(window=chosen).values  # uint8, only these windows read
             parts[split] = pool_to_grid(torch.from_numpy(frames), grid)
         identity = f"{store.attrs.get('content_sha256', '')[:16]}-{grid}"
