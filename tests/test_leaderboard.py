@@ -15,6 +15,7 @@ from spanlift.platform.tracking.leaderboard import (
     Entry,
     format_leaderboard,
     leaderboard,
+    leaderboard_figure,
     plot_leaderboard,
     write_csv,
 )
@@ -208,3 +209,47 @@ def test_each_row_says_where_its_sampling_ended(store: Store, tmp_path: Path) ->
     rows = [line.split() for line in format_leaderboard(entries, "fid").splitlines()[2:]]
     assert [(row[3], row[5]) for row in rows] == [("heun", "σ=0"), ("dyweight", "σ_min")]
     assert "ends" in write_csv(entries, tmp_path / "board.csv").read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize("given", ["--tracking-uri", "cwd"])
+def test_a_missing_store_is_named_not_created(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A read-only command never creates a store: one line naming where it looked, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    typo = tmp_path / "mlfow.db"
+    argv = ["leaderboard", "--experiment", "digits-nfe"]
+    argv += ["--tracking-uri", f"sqlite:///{typo}"] if given == "--tracking-uri" else []
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    looked = typo if given == "--tracking-uri" else tmp_path / "mlflow.db"
+    assert f"no MLflow store at {looked}" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_experiment_lists_those_that_exist(store: Store, capsys) -> None:
+    store.log("ipndm", {"rmse": 0.1})
+    argv = ["leaderboard", "--experiment", "no-such", "--tracking-uri", store.uri]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no MLflow experiment named 'no-such'" in err and store.experiment in err
+
+
+def test_an_unknown_metric_lists_the_metrics_recorded(store: Store, capsys) -> None:
+    store.log("ipndm", {"rmse": 0.1, "fid": 3.0})
+    assert main(store.command("--metric", "lpips")) == 2
+    err = capsys.readouterr().err
+    assert "no finished run with metric 'lpips'" in err and "fid, rmse" in err
+
+
+def test_one_nfe_is_a_bar_per_solver_several_a_line_per_solver(store: Store) -> None:
+    store.log("ipndm", {"rmse": 0.1})
+    store.log("euler", {"rmse": 0.3})
+    (bars,) = leaderboard_figure(store.board(), "rmse").axes
+    assert len(bars.patches) == 2 and not bars.lines
+    assert [t.get_text() for t in bars.get_xticklabels()] == ["ipndm", "euler"]
+    store.log("ipndm", {"rmse": 0.05}, nfe=4)
+    store.log("euler", {"rmse": 0.2}, nfe=4)
+    (lines,) = leaderboard_figure(store.board(), "rmse").axes
+    assert len(lines.lines) == 2 and not lines.patches

@@ -27,7 +27,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
     from spanlift.platform.tracking.metrics import default_mode
     from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
 
-    client = connect(resolve_tracking_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri), read_only=True)
     mode = args.mode or default_mode(args.metric)
     entries = board.leaderboard(client, args.experiment, args.metric, mode, args.by_fit)
     better = "lower" if mode == "min" else "higher"

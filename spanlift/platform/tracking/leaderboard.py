@@ -7,7 +7,7 @@ e.g. the teacher and its test seeds for RMSE, the detector and reference for FID
 in the catalogue, its own `<metric>.*` params), and with `by_fit` also by the fit budget
 (`metrics.FIT_BUDGET`). A param a run did not log counts as empty. Written as a text table with a
 line before each group saying what it was measured against, optionally as CSV and as a plot of the
-metric against NFE, one line per solver.
+metric per solver: a line over NFE, or bars at a single NFE.
 
 The `ends` column says where a row's sampling ended: at σ_min (the platform's protocol, as
 DyWeight and diff-sampler) or at σ = 0 (EDM's own `generate.py`, schedule `edm_to_zero`), since
@@ -18,6 +18,7 @@ import textwrap
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -66,14 +67,10 @@ def measured_against(params: dict[str, str], names: tuple[str, ...]) -> str:
     return ", ".join(f"{name}={params[name]}" for name in names if params.get(name, ""))
 
 
-def finished_runs(
-    client: MlflowClient, experiment: str, metric: str, by_fit: bool = False
-) -> pd.DataFrame:
-    """One row per finished run that logged `metric`: backbone, what the value is measured
+def runs_table(runs: list[Run], metric: str, by_fit: bool = False) -> pd.DataFrame:
+    """One row per run of `runs` that logged `metric`: backbone, what the value is measured
     against (`scale`), nfe, solver, configuration, value, run_id."""
-    runs = [
-        r for r in _all_runs(client, experiment_id(client, experiment)) if metric in r.data.metrics
-    ]
+    runs = [r for r in runs if metric in r.data.metrics]
     names = comparison_params(metric, (name for r in runs for name in r.data.params), by_fit)
     return pd.DataFrame([_row(run, metric, names) for run in runs])
 
@@ -141,12 +138,16 @@ def leaderboard(
     mode: str = "min",
     by_fit: bool = False,
 ) -> list[Entry]:
-    """The ranked entries; with `by_fit`, fits of different budgets are ranked apart."""
-    runs = finished_runs(client, experiment, metric, by_fit)
+    """The ranked entries of the experiment's finished runs; with `by_fit`, fits of different
+    budgets are ranked apart."""
+    finished = _all_runs(client, experiment_id(client, experiment))
+    runs = runs_table(finished, metric, by_fit)
     if runs.empty:
+        recorded = sorted({name for run in finished for name in run.data.metrics})
         raise SettingsError(
-            f"experiment {experiment!r} has no finished run with metric {metric!r} "
-            f"at {client.tracking_uri}"
+            f"experiment {experiment!r} has no finished run with metric {metric!r} at "
+            f"{client.tracking_uri}; its finished runs record: "
+            + (", ".join(recorded) or "no metric (no run finished yet)")
         )
     return rank(runs, mode)
 
@@ -181,31 +182,55 @@ def write_csv(entries: list[Entry], path: Path) -> Path:
 
 
 def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
-    """The best value of each solver against NFE, one panel per backbone and group.
+    """`leaderboard_figure` saved as a PNG at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    leaderboard_figure(entries, metric).savefig(path, dpi=120)
+    return path
 
-    Positive metrics (errors, FID, LPIPS) get a log axis, so one poor solver does not flatten
-    the differences between the good ones."""
+
+def leaderboard_figure(entries: list[Entry], metric: str) -> Figure:
+    """The best value of each solver, one panel per backbone and group: a line per solver over
+    NFE, or a bar per solver (best first) when the panel has one NFE.
+
+    Positive metrics (errors, FID, LPIPS) get a log axis on line plots, so one poor solver does
+    not flatten the differences between the good ones."""
     frame = pd.DataFrame([asdict(e) for e in entries])
     panels = sorted(frame.groupby(["backbone", "scale"]).groups)
     fig = Figure(figsize=(7 * len(panels), 4))
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (backbone, scale) in zip(axes[0], panels, strict=True):
         part = frame[(frame["backbone"] == backbone) & (frame["scale"] == scale)]
-        for solver, line in part.groupby("solver"):
-            line = line.sort_values("nfe")
-            ax.plot(line["nfe"], line["value"], marker="o", label=solver)
-        ax.set(title=_panel_title(backbone, metric, scale), xlabel="NFE", ylabel=metric)
-        if (part["value"] > 0).all():
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-            ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-        ax.set_xticks(sorted(part["nfe"].unique()))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        nfes = sorted(part["nfe"].unique())
+        title = _panel_title(backbone, metric, scale)
+        if len(nfes) == 1:
+            _bars(ax, part.sort_values("rank"), metric, f"{title}\nNFE {nfes[0]}")
+        else:
+            _lines(ax, part, metric, title, nfes)
+        ax.grid(alpha=0.3, axis="y" if len(nfes) == 1 else "both")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+    return fig
+
+
+def _bars(ax: Any, part: pd.DataFrame, metric: str, title: str) -> None:
+    """One bar per solver, in rank order, its value written on it."""
+    bars = ax.bar(part["solver"], part["value"], color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:.4g}" for v in part["value"]], fontsize=8)
+    ax.set(title=title, ylabel=metric)
+    ax.tick_params(axis="x", labelrotation=30)
+
+
+def _lines(ax: Any, part: pd.DataFrame, metric: str, title: str, nfes: list[int]) -> None:
+    """One line per solver over NFE."""
+    for solver, line in part.groupby("solver"):
+        line = line.sort_values("nfe")
+        ax.plot(line["nfe"], line["value"], marker="o", label=solver)
+    ax.set(title=title, xlabel="NFE", ylabel=metric)
+    if (part["value"] > 0).all():
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    ax.set_xticks(nfes)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _panel_title(backbone: str, metric: str, scale: str) -> str:

@@ -69,8 +69,26 @@ def run_name(spec: SolverSpec) -> str:
     return f"{spec.label()} nfe={spec.nfe}"
 
 
-def connect(uri: str) -> MlflowClient:
-    """A client for `uri`, checked by one request so a bad URI fails before any work starts."""
+def local_store(uri: str) -> Path | None:
+    """The file or folder a local store URI (`sqlite:///…`, `file://…`) names; None for a server."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///"))
+    if uri.startswith("file://"):
+        return Path(uri.removeprefix("file://"))
+    return None
+
+
+def connect(uri: str, read_only: bool = False) -> MlflowClient:
+    """A client for `uri`, checked by one request so a bad URI fails before any work starts.
+
+    `read_only`: a local store that does not exist is an error instead of being created (MLflow
+    creates an empty store on first contact)."""
+    store = local_store(uri)
+    if read_only and store is not None and not store.exists():
+        raise SettingsError(
+            f"no MLflow store at {store}: run this where the sweep ran (it writes mlflow.db in its "
+            "working folder), or pass --tracking-uri"
+        )
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -86,6 +104,23 @@ def connect(uri: str) -> MlflowClient:
     return client
 
 
+UI_ADDRESS = "http://127.0.0.1:5000"
+"""Where `mlflow ui` serves by default."""
+RUNS_TABLE = "#/experiments/{id}/runs?workflowType=machine_learning"
+"""MLflow 3's UI page of an experiment's runs table. The query overrides the browser-wide
+"GenAI / Model training" switch, which otherwise may open the experiment on its traces page."""
+
+
+def runs_page(uri: str, experiment: str) -> tuple[str, str]:
+    """(the command that serves MLflow's UI for `uri`, or "" for a tracking server; the address of
+    `experiment`'s runs table there)."""
+    found = MlflowClient(uri).get_experiment_by_name(experiment)
+    page = RUNS_TABLE.format(id=found.experiment_id if found else "0")
+    if uri.startswith(("http://", "https://")):
+        return "", f"{uri.rstrip('/')}/{page}"
+    return f"mlflow ui --backend-store-uri {uri}", f"{UI_ADDRESS}/{page}"
+
+
 def experiment_id(client: MlflowClient, name: str, create: bool = False) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
@@ -94,7 +129,11 @@ def experiment_id(client: MlflowClient, name: str, create: bool = False) -> str:
                 client.set_experiment_tag(experiment.experiment_id, key, value)
         return experiment.experiment_id
     if not create:
-        raise SettingsError(f"no MLflow experiment named {name!r} at {client.tracking_uri}")
+        names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        raise SettingsError(
+            f"no MLflow experiment named {name!r} at {client.tracking_uri}; it has: "
+            + (", ".join(names) or "none")
+        )
     artifacts = None
     if client.tracking_uri.startswith("sqlite:"):
         store = Path(client.tracking_uri.removeprefix("sqlite:///"))
@@ -150,11 +189,19 @@ class ConfigurationRuns:
             run.data.tags.get(FAILURE_TAG, ""),
         )
 
-    def open(self, key: str, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+    def open(
+        self,
+        key: str,
+        name: str,
+        params: dict[str, Any],
+        tags: dict[str, str],
+        reopen_finished: bool = False,
+    ) -> str:
         """The run to record this configuration in: its earlier unfinished run of the same code
-        version (`tags[CODE_TAG]`), or a new one."""
+        version (`tags[CODE_TAG]`), or with `reopen_finished` its earlier run whatever its
+        status, else a new one."""
         earlier = self.find(key, tags.get(CODE_TAG))
-        if earlier is not None and earlier.status != "FINISHED":
+        if earlier is not None and (reopen_finished or earlier.status != "FINISHED"):
             self.client.update_run(earlier.run_id, status="RUNNING")
             self.client.log_batch(earlier.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
             return earlier.run_id
