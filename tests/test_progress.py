@@ -18,12 +18,14 @@ from spanlift.platform.sweep.progress import (
     GRID_DONE,
     OPTUNA_SEARCH_LOGGER,
     QUIET_ENV,
+    RAY_LOGGERS,
     Console,
     ProgressCallback,
     SpecLabel,
     SweepProgress,
     console_settings,
     error_reason,
+    log_ray_to_file,
     quiet_console,
     restore_console,
 )
@@ -186,6 +188,17 @@ def test_a_resumed_sweep_counts_the_trials_it_had_finished() -> None:
     assert cb.progress.status().startswith("sweep 1/4")
 
 
+def test_a_resumed_sweep_keeps_the_best_values_found_before() -> None:
+    cb = callback(io.StringIO(), total=4)
+    done = [
+        FakeTrial("a", status="TERMINATED", last_result={"rmse": 0.25, "nfe": 3}),
+        FakeTrial("b", status="TERMINATED", last_result={"rmse": 0.125, "nfe": 3}),
+        FakeTrial("c", status="TERMINATED", last_result={"rmse": 0.5, "nfe": 4}),
+    ]
+    cb.on_step_begin(0, [*done, FakeTrial("d", status="PENDING")])
+    assert cb.progress.status() == "sweep 3/4 · best rmse nfe=3 0.125, nfe=4 0.5"
+
+
 def test_a_retried_trial_is_not_running_until_it_starts_again() -> None:
     cb = callback(io.StringIO())
     trial = FakeTrial("a")
@@ -283,3 +296,27 @@ def test_start_ray_keeps_worker_output_off_a_quiet_console(
     ray_runtime.start_ray(None, tmp_path, verbose=verbose)
     ray_runtime.start_ray("auto", tmp_path, verbose=verbose)
     assert [(c["log_to_driver"], c["logging_level"]) for c in calls] == [(verbose, level)] * 2
+
+
+def test_tunes_own_messages_go_to_the_sweep_log_not_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Tune's interrupt and restore advice contradicts spanlift's own; the full text is kept in
+    the sweep folder's log."""
+    names = [name for name in RAY_LOGGERS]
+    saved = [(logging.getLogger(n).propagate, list(logging.getLogger(n).handlers)) for n in names]
+    try:
+        log = log_ray_to_file(tmp_path)
+        log_ray_to_file(tmp_path)  # twice: one handler
+        logging.getLogger("ray.tune.tune").warning("Resume experiment with: Tuner.restore(...)")
+        for handler in logging.getLogger("ray.tune").handlers:
+            handler.flush()
+        assert "Tuner.restore" in log.read_text()
+        assert "Tuner.restore" not in capsys.readouterr().err
+        assert len(logging.getLogger("ray.tune").handlers) == 1
+    finally:
+        for name, (propagate, handlers) in zip(names, saved, strict=True):
+            logger = logging.getLogger(name)
+            for handler in logger.handlers:
+                handler.close()
+            logger.propagate, logger.handlers = propagate, handlers

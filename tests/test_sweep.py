@@ -73,6 +73,14 @@ def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
     names = {a.path for a in client.list_artifacts(fitted.info.run_id)}
     assert "samples.png" in names and any(n.endswith(".pt") for n in names)
     assert {a.path for a in client.list_artifacts(analytic.info.run_id)} == {"samples.png"}
+    best = f"best: dyweight nfe=3, rmse {fitted.data.metrics['rmse']:.4g}"
+    assert best in result.stdout.splitlines()  # 4 significant digits, as every other line
+    experiment = client.get_experiment_by_name("gmm-smoke").experiment_id
+    page = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"
+    assert f"see them: mlflow ui --backend-store-uri sqlite:///{folder / 'mlflow.db'}" in (
+        result.stdout
+    )
+    assert result.stdout.rstrip().endswith(f"then open {page}")
 
 
 def test_runs_follow_mlflow_conventions(smoke) -> None:
@@ -131,6 +139,14 @@ def test_rerun_takes_finished_configurations_from_mlflow(smoke) -> None:
     assert "(2 taken from MLflow)" in result.stdout
     assert summary(folder, "gmm-smoke")["teacher_generations"] == 0
     assert len(runs_of(folder, "gmm-smoke")) == 2  # no duplicate runs
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("gmm-smoke").experiment_id
+    (parent,) = client.search_runs([experiment], "tags.`spanlift.command` = 'sweep'")
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs_of(folder, "gmm-smoke")} == {
+        parent.info.run_id
+    }  # one parent per sweep, holding every configuration, after --restart too
+    best = min(r.data.metrics["rmse"] for r in runs_of(folder, "gmm-smoke"))
+    assert parent.data.metrics["best_rmse"] == best
 
 
 def test_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(tmp_path: Path) -> None:
@@ -260,6 +276,41 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Pat
     assert len({r.data.tags["spanlift.key"] for r in runs}) == 4
     after = {r.info.run_id: r.info.end_time for r in runs}
     assert all(after[run] == end for run, end in before.items())  # not redone
+
+
+def read_until(process: subprocess.Popen, text: str, timeout: float = 300) -> list[str]:
+    """The lines `process` printed up to the first that contains `text`."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not lines or text not in lines[-1]:
+        line = process.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"no line with {text!r}:\n{''.join(lines)[-3000:]}")
+        lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("stage", ["starting a local Ray", "preparing the teacher"])
+def test_ctrl_c_before_the_first_configuration_stops_the_sweep(tmp_path: Path, stage: str) -> None:
+    """Each stage is said as it starts, the first at once; Ctrl-C in any of them ends the sweep
+    with exit 130 and the command that continues it, which then runs the sweep."""
+    path = sweep_file(tmp_path, "early", solvers=[{"name": "euler", "nfe": 3}])
+    process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
+    first = process.stdout.readline()
+    assert first.startswith("· loading Ray, Tune and torch"), first
+    read_until(process, f"· {stage}")
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output[-3000:]
+    assert f"interrupted while {stage}: all 1 configurations remain" in output
+    assert f"spanlift sweep {path} --resume" in output
+    assert "Traceback" not in output and "Tuner.restore" not in output
+    assert runs_of(tmp_path, "early") == []
+    if stage == "preparing the teacher":
+        result = spanlift(tmp_path, "sweep", str(path), "--resume", "--num-cpus", "2")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert [r.info.status for r in runs_of(tmp_path, "early")] == ["FINISHED"]
 
 
 def train_worker_pids() -> list[int]:

@@ -1,10 +1,12 @@
 """`spanlift sweep FILE`: run a sweep YAML on local Ray or a Ray cluster, print its summary."""
 
 import argparse
+import sys
 from typing import Any
 
 from spanlift.cli.options import command
 from spanlift.errors import SettingsError
+from spanlift.platform.sweep.stages import Stages
 
 SWEEP_TRACKING_DEFAULTS = "$MLFLOW_TRACKING_URI, else the sweep file's, else sqlite:///mlflow.db"
 
@@ -43,21 +45,31 @@ def add_sweep_options(sweep: argparse.ArgumentParser) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from spanlift.platform.sweep.driver import run_sweep
-
     if args.resume and args.restart:
         raise SettingsError("--resume and --restart exclude each other")
-    summary = run_sweep(
-        args.file,
-        address=args.address,
-        resume=args.resume,
-        restart=args.restart,
-        tracking_uri=args.tracking_uri,
-        storage=args.storage,
-        num_cpus=args.num_cpus,
-        reuse_across_versions=args.reuse_across_versions,
-        verbose=args.verbose,
-    )
+    with Stages() as stages:
+        try:
+            stages.begin("loading Ray, Tune and torch")
+            from spanlift.platform.sweep.driver import run_sweep
+
+            summary = run_sweep(
+                args.file,
+                address=args.address,
+                resume=args.resume,
+                restart=args.restart,
+                tracking_uri=args.tracking_uri,
+                storage=args.storage,
+                num_cpus=args.num_cpus,
+                reuse_across_versions=args.reuse_across_versions,
+                verbose=args.verbose,
+                stages=stages,
+            )
+        except BaseException:
+            if not stages.interrupted:
+                raise
+            print_interrupted(args.file, stages)
+            stop_ray()
+            return EXIT_INTERRUPTED
     print(
         f"\nsweep {summary.experiment}: {summary.finished}/{summary.configurations} "
         f"configurations finished ({summary.reused} taken from MLflow) in "
@@ -77,12 +89,34 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_FAILED if summary.failed else 0
 
 
+def print_interrupted(file: str, stages: Stages) -> None:
+    """What an interrupt before or between the sweep's configurations left, and how to go on."""
+    total = stages.configurations
+    remain = f"all {total} configurations remain" if total else "no configuration ran"
+    again = f"spanlift sweep {file} --resume" if stages.resumable else f"spanlift sweep {file}"
+    print(f"\ninterrupted while {stages.current}: {remain}; continue with:\n  {again}")
+
+
 def print_next_step(summary: Any) -> None:
-    """The best configuration, and the `spanlift leaderboard` command that ranks them all."""
-    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    """The best configuration, the `spanlift leaderboard` command that ranks them all, and where
+    MLflow's UI shows the sweep's runs."""
+    from spanlift.platform.tracking.runs import resolve_tracking_uri, runs_page
 
     default_uri = resolve_tracking_uri()  # where `spanlift leaderboard` looks by itself
     if summary.best:
-        print("best: " + ", ".join(f"{k} {v}" for k, v in summary.best.items()))
+        name, *values = summary.best.items()
+        print("best: " + ", ".join([name[1], *(f"{k} {v:.4g}" for k, v in values)]))
     print(f"rank them: spanlift leaderboard --experiment {summary.experiment}", end="")
     print(f" --tracking-uri {summary.tracking_uri}" if summary.tracking_uri != default_uri else "")
+    server, page = runs_page(summary.tracking_uri, summary.experiment)
+    if server:
+        print(f"see them: {server}, then open {page}")
+    else:
+        print(f"see them: {page}")
+
+
+def stop_ray() -> None:
+    """Shut down the local Ray an interrupt left, if any, before the interpreter exits."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()

@@ -27,7 +27,13 @@ from spanlift.platform.configuration import digest
 from spanlift.platform.evaluation.pool import running_evaluators
 from spanlift.platform.ray_runtime import Reserved, TrialBundle, check_fits, ray_address, start_ray
 from spanlift.platform.sweep.config import SweepConfig, check_storage, load_sweep
-from spanlift.platform.sweep.progress import console_settings, quiet_console, restore_console
+from spanlift.platform.sweep.progress import (
+    console_settings,
+    log_ray_to_file,
+    quiet_console,
+    restore_console,
+)
+from spanlift.platform.sweep.stages import Stages
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
 from spanlift.platform.sweep.teacher import prepare_teachers
@@ -162,12 +168,15 @@ def run_sweep(
     num_cpus: int | None = None,
     reuse_across_versions: bool = False,
     verbose: bool = False,
+    stages: Stages | None = None,
 ) -> SweepSummary:
     """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json
     and logged, with the validated sweep, to the sweep's parent MLflow run.
 
-    The console shows one progress view; `verbose`: Ray's and Tune's own output instead."""
+    The console shows each stage as it starts (`stages`), then one progress view; `verbose`:
+    Ray's and Tune's own output instead."""
     start = time.perf_counter()
+    stages = stages or Stages()
     if not verbose:
         quiet_console()
     # The Train workers' loss reports reach Tune before the trial's metrics do. The search metric
@@ -176,9 +185,19 @@ def run_sweep(
     config = load_sweep(path)
     root = sweep_root(config, storage)
     uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
+    stages.configurations = expected_configurations(config)
+    stages.begin(
+        "opening the MLflow store",
+        f"{stages.configurations} configurations of sweep {config.experiment} will be recorded at {uri}",
+    )
     experiment_id(connect(uri), config.experiment, create=True)
-    check_restart(root, config, resume, restart)
+    restore = check_restart(root, config, resume, restart)
+    stages.resumable = True
+    if not verbose:
+        log_ray_to_file(root)
     address = ray_address(address)
+    where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
+    stages.begin(where, "" if address else f"its logs: {root / 'ray-logs'}")
     start_ray(address, root, num_cpus, verbose=verbose)
     config = with_gpu_choice(config)
     r = config.resources
@@ -188,20 +207,29 @@ def run_sweep(
     concurrency = check_fits(
         TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu), evaluators, address is None
     )
+    t = config.teacher
+    seeds = t.train_samples + t.test_samples
+    stages.begin(
+        "preparing the teacher", f"{t.solver.label()} nfe={t.solver.nfe} on {seeds} seeds, cached"
+    )
     teachers = prepare_teachers(config, root / "teacher")
     runs = ConfigurationRuns(uri, config.experiment)
     tags = source_tags(f"spanlift sweep {path}")
     parent = open_sweep_run(runs, config, root, tags)
-    setup = evaluator_setup(config, root)
-    with running_evaluators(setup, evaluators.count, evaluators.cpus, evaluators.gpus) as pool:
-        context = SweepContext(
-            config, root, teachers, uri, parent, reuse_across_versions, tags, tuple(pool.actors)
-        )
-        try:
-            results = make_tuner(context, resume, concurrency, verbose).fit()
-        except BaseException:
-            runs.client.set_terminated(parent, "KILLED")
-            raise
+    try:
+        stages.begin("starting the evaluators", evaluators.describe())
+        setup = evaluator_setup(config, root)
+        with running_evaluators(setup, evaluators.count, evaluators.cpus, evaluators.gpus) as pool:
+            context = SweepContext(
+                config, root, teachers, uri, parent, reuse_across_versions, tags, tuple(pool.actors)
+            )
+            stages.begin(
+                "running the configurations", f"{stages.configurations}, {concurrency} at a time"
+            )
+            results = make_tuner(context, restore, concurrency, verbose).fit()
+    except BaseException:
+        runs.client.set_terminated(parent, "KILLED")
+        raise
     summary = summarize(config, root, uri, results, start, teachers.generated)
     (root / "summary.json").write_text(summary.to_json())
     close_sweep_run(runs, parent, summary, root)
@@ -211,7 +239,8 @@ def run_sweep(
 def open_sweep_run(
     runs: ConfigurationRuns, config: SweepConfig, root: Path, tags: dict[str, str]
 ) -> str:
-    """The sweep's parent MLflow run: a new one per invocation, the interrupted one on --resume."""
+    """The sweep's parent MLflow run: one per sweep file and storage folder, reopened by
+    --resume and --restart, so every configuration run of the sweep sits under it."""
     key = digest({"sweep": config.as_dict(), "root": str(root)})
     params = {
         "backbone": config.backbone,
@@ -219,16 +248,16 @@ def open_sweep_run(
         "search.metric": config.metric,
         "configurations": expected_configurations(config),
     }
-    return runs.open(
-        key, f"sweep {config.experiment}", params, {**tags, "spanlift.command": "sweep"}
-    )
+    tags = {**tags, "spanlift.command": "sweep"}
+    return runs.open(key, f"sweep {config.experiment}", params, tags, reopen_finished=True)
 
 
 def close_sweep_run(
     runs: ConfigurationRuns, run_id: str, summary: SweepSummary, root: Path
 ) -> None:
-    """Log the outcome and the files; FINISHED, FAILED (a configuration failed) or KILLED
-    (interrupted, configurations remain)."""
+    """Log the outcome (with the best value of the search metric as `best_<metric>`) and the
+    files; FINISHED, FAILED (a configuration failed) or KILLED (interrupted, configurations
+    remain)."""
     metrics = {
         "configurations_finished": summary.finished,
         "configurations_failed": len(summary.failed),
@@ -237,6 +266,7 @@ def close_sweep_run(
         "compute_seconds": summary.compute_seconds,
         "model_loads": summary.model_loads,
     }
+    metrics |= {f"best_{k}": v for k, v in summary.best.items() if k != "configuration"}
     runs.finish(run_id, metrics, [root / SWEEP_FILE, root / "summary.json"])
     if summary.remaining or summary.failed:
         runs.client.set_terminated(run_id, "KILLED" if summary.remaining else "FAILED")

@@ -6,7 +6,8 @@
                       lines in a pipe or CI log
     ProgressCallback  the Ray Tune callback that feeds both
     quiet_console()   the settings that keep the rest quiet; Ray's full logs stay in the run
-                      folder (`ray-logs`), and `spanlift sweep --verbose` brings the old view back
+                      folder (`ray-logs`, and Tune's driver-side messages in `sweep.log`), and
+                      `spanlift sweep --verbose` brings the old view back
 
 A finished trial reads `✓ dyweight nfe=3  rmse 0.2368  (57.3 s, fit 0.4 s)`, a failed one
 `✗ dyweight nfe=3: TrainingDivergedError: ...`, and the status
@@ -33,6 +34,7 @@ QUIET_ENV = {
     "RAY_AIR_NEW_OUTPUT": "0",  # Tune's new output prints its tables even at verbose=0
     "TUNE_PRINT_ALL_TRIAL_ERRORS": "0",  # a failure's traceback stays in the trial's error.txt
 }
+RAY_LOGGERS = ("ray.tune", "ray.train", "ray.air")
 CLEAR_LINE = "\r\x1b[K"
 OPTUNA_SEARCH_LOGGER = "ray.tune.search.optuna.optuna_search"
 GRID_DONE = "`Study.stop` is supposed to be invoked"
@@ -63,6 +65,24 @@ def quiet_console() -> None:
     search = logging.getLogger(OPTUNA_SEARCH_LOGGER)
     if DropMessage(GRID_DONE) not in search.filters:
         search.addFilter(DropMessage(GRID_DONE))
+
+
+def log_ray_to_file(folder: Path) -> Path:
+    """Send Ray Tune's and Train's driver-side log records to `folder/sweep.log` instead of the
+    console: their interrupt notices and `Tuner.restore(...)` advice would contradict spanlift's
+    own lines (`--resume`). Idempotent; returns the log's path."""
+    path = folder / "sweep.log"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in RAY_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.propagate = False
+        if not any(getattr(h, "baseFilename", None) == str(path) for h in logger.handlers):
+            handler = logging.FileHandler(path)
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+            )
+            logger.addHandler(handler)
+    return path
 
 
 def duration(seconds: float) -> str:
@@ -104,9 +124,12 @@ class SweepProgress:
         """A trial waiting to be retried: not running until it starts again."""
         self.running.pop(trial_id, None)
 
-    def restored(self, finished: int) -> None:
-        """Trials that finished before the sweep was resumed."""
-        self.done += finished
+    def restored(self, results: list[Mapping[str, Any]]) -> None:
+        """The last results of the trials that finished before the sweep was resumed: counted,
+        and their best values kept."""
+        self.done += len(results)
+        for result in results:
+            self._keep_best(result)
 
     def finish(self, trial_id: str, label: str, result: Mapping[str, Any]) -> str:
         """Count a finished trial with its last result; returns its line."""
@@ -267,7 +290,9 @@ class ProgressCallback(Callback):
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         if self._drawn_at is None:  # the first step: count what a resumed sweep had finished
-            self.progress.restored(sum(1 for t in trials if t.status == "TERMINATED"))
+            self.progress.restored(
+                [t.last_result or {} for t in trials if t.status == "TERMINATED"]
+            )
         now = self.progress.clock()
         if self._drawn_at is None or now - self._drawn_at >= self.refresh_seconds:
             self.console.refresh(self.progress.status())

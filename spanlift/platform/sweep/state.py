@@ -1,7 +1,8 @@
 """A sweep's saved state: the validated sweep file kept beside the Tune state it belongs to.
 
 `--resume` continues a Tune state only with the sweep it was made for (the restored searcher's
-trial indices point into that sweep's grid); `--restart` replaces it; otherwise it is protected.
+trial indices point into that sweep's grid), or starts a sweep interrupted before its Tune state
+existed; `--restart` replaces it; otherwise it is protected.
 """
 
 import shutil
@@ -18,15 +19,17 @@ TUNE_NAME = "tune"
 SWEEP_FILE = "sweep.yaml"
 
 
-def check_restart(root: Path, config: SweepConfig, resume: bool, restart: bool) -> None:
+def check_restart(root: Path, config: SweepConfig, resume: bool, restart: bool) -> bool:
     """An earlier Tune state is continued (--resume, only with an unchanged sweep), replaced
-    (--restart) or protected; a new or restarted sweep's validated file is stored."""
+    (--restart) or protected; a new or restarted sweep's validated file is stored. Returns
+    whether there is a Tune state to restore.
+
+    --resume of a sweep interrupted before its first configuration started (its file stored, no
+    Tune state yet) starts it."""
     state = root / TUNE_NAME
     if resume:
-        if not tune.Tuner.can_restore(str(state)):
-            raise SettingsError(f"--resume: there is no interrupted sweep to continue at {state}")
-        check_unchanged(root / SWEEP_FILE, config)
-        return
+        check_unchanged(root / SWEEP_FILE, config, state)
+        return tune.Tuner.can_restore(str(state))
     if state.exists():
         if not restart:
             raise SettingsError(
@@ -35,6 +38,7 @@ def check_restart(root: Path, config: SweepConfig, resume: bool, restart: bool) 
             )
         shutil.rmtree(state)
     store_sweep(root, config)
+    return False
 
 
 def store_sweep(root: Path, config: SweepConfig) -> Path:
@@ -66,12 +70,14 @@ def changes(before: dict, now: dict) -> list[str]:
     ]
 
 
-def check_unchanged(stored: Path, config: SweepConfig) -> None:
+def check_unchanged(stored: Path, config: SweepConfig, state: Path) -> None:
     """Refuse to resume with a sweep other than the one the Tune state was made for."""
     if not stored.is_file():
-        raise SettingsError(
-            f"--resume: {stored} is missing, so the sweep cannot be checked; --restart it"
-        )
+        if tune.Tuner.can_restore(str(state)):
+            raise SettingsError(
+                f"--resume: {stored} is missing, so the sweep cannot be checked; --restart it"
+            )
+        raise SettingsError(f"--resume: there is no interrupted sweep to continue at {state}")
     changed = changes(yaml.safe_load(stored.read_text()), config.as_dict())
     if changed:
         shown = "; ".join(changed[:10]) + ("; …" if len(changed) > 10 else "")
