@@ -31,6 +31,7 @@ VALID = {
 @pytest.mark.parametrize(
     ("name", "trials"),
     [
+        ("demo", 12),
         ("digits_nfe", 23),
         ("digits_fid", 23),
         ("digits_paper", 50),

@@ -20,6 +20,10 @@ LOCAL_AUTH = {"RAY_AUTH_MODE": "disabled"}
 LOCAL_WORKER_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25"}
 """Ray Train's controller collects reports when it polls its workers (default every 2 s); a
 short fit on a laptop would spend seconds waiting, so local Ray polls every 0.25 s."""
+LOCAL_SYSTEM_CONFIG = {"worker_maximum_startup_concurrency": 8}
+"""A sweep starts a process per trial, Train controller and worker, evaluator and teacher task;
+with Ray's default (one per CPU) a 2-core laptop passes 5 × 2 = 10 of them in a sweep, and the
+raylet prints a warning about it on the console. 8: the warning comes at 40 processes."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ def start_ray(
         include_dashboard=True,
         _temp_dir=str(ray_temp_dir(workdir)),
         runtime_env={"env_vars": LOCAL_WORKER_ENV},
+        _system_config=LOCAL_SYSTEM_CONFIG,
         **console,
     )
 
