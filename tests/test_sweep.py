@@ -76,7 +76,10 @@ def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
     best = f"best: dyweight nfe=3, rmse {fitted.data.metrics['rmse']:.4g}"
     assert best in result.stdout.splitlines()  # 4 significant digits, as every other line
     experiment = client.get_experiment_by_name("gmm-smoke").experiment_id
-    page = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"
+    page = (
+        f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"
+        "&orderByKey=metrics.%60rmse%60&orderByAsc=true"
+    )
     assert f"see them: mlflow ui --backend-store-uri sqlite:///{folder / 'mlflow.db'}" in (
         result.stdout
     )

@@ -108,7 +108,7 @@ def print_next_step(summary: Any) -> None:
         print("best: " + ", ".join([name[1], *(f"{k} {v:.4g}" for k, v in values)]))
     print(f"rank them: spanlift leaderboard --experiment {summary.experiment}", end="")
     print(f" --tracking-uri {summary.tracking_uri}" if summary.tracking_uri != default_uri else "")
-    server, page = runs_page(summary.tracking_uri, summary.experiment)
+    server, page = runs_page(summary.tracking_uri, summary.experiment, summary.metric, summary.mode)
     if server:
         print(f"see them: {server}, then open {page}")
     else:

@@ -29,6 +29,9 @@ class SweepSummary:
     """Backbone loads by trial processes and evaluator actors (Train workers load their own)."""
     best: dict[str, Any] = field(default_factory=dict)
     """The best finished configuration by the search metric: its name and value."""
+    metric: str = ""
+    mode: str = "min"
+    """The search metric and whether lower (`min`) or higher is better."""
 
     @property
     def remaining(self) -> int:
@@ -88,4 +91,6 @@ def summarize(
         teacher_generations=generations,
         model_loads=int(sum(r.metrics.get("model_loads", 0.0) for r in ran)),
         best=best_of(finished, config),
+        metric=config.metric,
+        mode=config.mode,
     )

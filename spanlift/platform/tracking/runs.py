@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
@@ -111,11 +112,16 @@ RUNS_TABLE = "#/experiments/{id}/runs?workflowType=machine_learning"
 "GenAI / Model training" switch, which otherwise may open the experiment on its traces page."""
 
 
-def runs_page(uri: str, experiment: str) -> tuple[str, str]:
+def runs_page(uri: str, experiment: str, metric: str = "", mode: str = "min") -> tuple[str, str]:
     """(the command that serves MLflow's UI for `uri`, or "" for a tracking server; the address of
-    `experiment`'s runs table there)."""
+    `experiment`'s runs table there, sorted by `metric` best first when given).
+
+    MLflow's UI takes the sort order from the address but not the columns shown: the metric's
+    column is added with Columns → Metrics."""
     found = MlflowClient(uri).get_experiment_by_name(experiment)
     page = RUNS_TABLE.format(id=found.experiment_id if found else "0")
+    if metric:
+        page += f"&orderByKey=metrics.%60{quote(metric)}%60&orderByAsc={str(mode == 'min').lower()}"
     if uri.startswith(("http://", "https://")):
         return "", f"{uri.rstrip('/')}/{page}"
     return f"mlflow ui --backend-store-uri {uri}", f"{UI_ADDRESS}/{page}"
