@@ -269,11 +269,15 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Pat
     assert process.returncode == 130, output[-3000:]
     assert "interrupted" in output and "configurations remain" in output
     assert f"spanlift sweep {path} --resume" in output
+    leaks = ("Tuner.restore", "Stop signal", "Failed to fetch metrics")
+    assert not [text for text in leaks if text in output]  # spanlift's message only
+    assert "Tuner.restore" in (tmp_path / "runs" / "sweeps" / "resume" / "sweep.log").read_text()
     before = {r.info.run_id: r.info.end_time for r in finished()}
     assert 1 <= len(before) < 4, "the interruption came too late to test anything"
 
     result = spanlift(tmp_path, "sweep", str(path), "--resume", "--num-cpus", "2")
     assert result.returncode == 0, result.stdout + result.stderr
+    assert not [text for text in leaks if text in result.stdout + result.stderr]
     runs = runs_of(tmp_path, "resume")
     assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
     assert len({r.data.tags["spanlift.key"] for r in runs}) == 4
