@@ -123,6 +123,8 @@ class SuiteRequest:
     cache: Path
     out: Path
     weights: Path | None = None
+    backbone: str = "nowcast"
+    backbone_options: dict[str, Any] = field(default_factory=dict)
     lpips_weights: Path | None = None
     tracking_uri: str | None = None
     experiment: str = ""
@@ -139,7 +141,7 @@ class SuiteResult:
 
 
 def backbone_options(request: SuiteRequest) -> dict[str, Any]:
-    options: dict[str, Any] = {"data": str(request.data)}
+    options: dict[str, Any] = {"data": str(request.data), **request.backbone_options}
     if request.weights:
         options["weights"] = str(request.weights)
     return options
@@ -150,7 +152,7 @@ def run_suite(
 ) -> SuiteResult:
     """Fit, score and record every row; see the module docstring."""
     options = backbone_options(request)
-    backbone = load_backbone("nowcast", **options)
+    backbone = load_backbone(request.backbone, **options)
     # every spec is checked before any work starts
     labels = [row.label(build(row.spec, backbone)) for row in request.rows]
     runs = open_runs(request)
@@ -167,7 +169,7 @@ def run_suite(
         result.rmse[label] = endpoint_rmse(fitted.solver, backbone, test)
         result.fit_seconds[label] = fitted.seconds
     setup = EvaluatorSetup(
-        "nowcast",
+        request.backbone,
         "",
         request.cache / "eval",
         options,
@@ -255,7 +257,7 @@ def record_runs(
     for label in result.rows:
         row, report = rows[label], result.reports[label]
         configuration = Configuration(
-            "nowcast",
+            request.backbone,
             options,
             row.spec,
             teacher_identity(request.teacher, request.train_samples),
