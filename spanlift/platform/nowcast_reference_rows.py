@@ -12,6 +12,7 @@ so the leaderboard ranks them together with the solvers. They have no sampling t
 so their latency and throughput are NaN (and not logged).
 """
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpip
 from spanlift.platform.evaluation.sample_metrics import SampleReport, Traits, measures_of
 from spanlift.platform.evaluation.states import MeanState, merge_states
 from spanlift.platform.sampling.teacher import TeacherSet
+from spanlift.solvers import SolverSpec
 
 PERSISTENCE = "persistence"
 BATCH = 64
@@ -36,6 +38,19 @@ BATCH = 64
 
 Forecaster = Callable[[slice], Tensor]
 """Forecast frames (n, 6, H, W) in [−1, 1] of the held-out windows in a slice of them."""
+
+
+@dataclass(frozen=True)
+class ReferenceSpec(SolverSpec):
+    """How a row drawn by no solver is recorded: like a solver's run (name, NFE 0), its identity
+    its name (no registered solver's settings to fill in)."""
+
+    def key(self) -> str:
+        return hashlib.sha256(f"reference:{self.name}".encode()).hexdigest()[:12]
+
+
+PERSISTENCE_SPEC = ReferenceSpec(PERSISTENCE, 0, schedule="none")
+"""No model evaluations: the leaderboard lists persistence in its own NFE group (0)."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from spanlift.platform.fitting.compare import fit_spec
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.nowcast_reference_rows import (
     PERSISTENCE,
+    PERSISTENCE_SPEC,
     ReferenceRow,
     cached_teacher,
     persistence,
@@ -79,8 +80,6 @@ loss, which is Inception's there)."""
 VARIANTS = {"pooled": {"loss": "pooled"}, "observed": {"target": "observed"}}
 METRICS = ("skill", "lpips")
 TIMINGS = ("latency_ms_per_image", "throughput_images_per_s")
-PERSISTENCE_SPEC = SolverSpec(PERSISTENCE, 0)
-"""How the persistence row is recorded: no model evaluations (its leaderboard group is NFE 0)."""
 
 
 @dataclass(frozen=True)
