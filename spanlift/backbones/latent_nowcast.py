@@ -163,7 +163,8 @@ def placement(module: nn.Module) -> tuple[torch.device, torch.dtype]:
 
 @BACKBONES.register("prediff")
 class LatentNowcast(Backbone):
-    """PreDiff-form latent VP ε-prediction nowcasting model from local files."""
+    """PreDiff's released latent nowcasting model, or PreDiff-form modules, from local files
+    (with cfg=, the schedule is the config's: timesteps, linear_start, linear_end are not used)."""
 
     needs: ClassVar[str] = (
         "PreDiff's release: code=<PreDiff clone>, cfg=<cfg.yaml>, vae=<.pt>, unet=<.pt>, "
