@@ -3,11 +3,16 @@ the MLflow runs the leaderboard ranks, and one clear line with exit status 2 for
 
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from mlflow.tracking import MlflowClient
 
+from spanlift.backbones.nowcast_windows import NowcastWindows
+from spanlift.platform.nowcast_suite import window_event
 from spanlift.platform.sweep.config import load_sweep
+from spanlift.seeds import TEST_SEED_OFFSET
 from tests.cli_run import ROOT, spanlift
 
 
@@ -34,20 +39,21 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     header = next(line for line in lines if line.startswith("solver"))
     for column in ("HSS", "LPIPS", "CSI-M", "CSI-4", "CSI-16", "CSI≥16", "CSI≥219"):
         assert column in header
-    rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:4]]
-    assert rows == ["teacher", "ddim", "dyweight", "dyweight"]
+    rows = [line.split()[0] for line in lines[lines.index(header) + 2 :][:5]]
+    assert rows == ["persistence", "teacher", "ddim", "dyweight", "dyweight"]
     assert "LPIPS unavailable: AlexNet weights" in result.stdout  # none in this torch hub
     out = synth / "runs" / "nowcast"
     scores = xr.open_dataset(out / "nowcast-scores.nc", engine="h5netcdf")
-    solvers = ["teacher ddim 20", "ddim", "dyweight (mse, teacher)", "dyweight (mse, observed)"]
-    assert list(scores.solver.values) == solvers
-    assert dict(scores.csi.sizes) == {"solver": 4, "pool": 3, "threshold": 6, "lead_time": 6}
+    solvers = ["persistence", "teacher ddim 20", "ddim", "dyweight (mse, teacher)"]
+    assert list(scores.solver.values) == [*solvers, "dyweight (mse, observed)"]
+    assert dict(scores.csi.sizes) == {"solver": 5, "pool": 3, "threshold": 6, "lead_time": 6}
+    assert_persistence_scores(scores.sel(solver="persistence"), synth / "data" / "sevir_synth")
     for png in ("nowcast-lead-time.png", "nowcast-frames.png"):
         assert (out / png).stat().st_size > 10_000
     client = MlflowClient("sqlite:///" + str(synth / "mlflow.db"))
     experiment = client.get_experiment_by_name("nowcast-sevir-synth")
     runs = client.search_runs([experiment.experiment_id])
-    assert len(runs) == 4
+    assert len(runs) == 5
     for run in runs:
         assert {"csi_m", "csi4", "csi16", "hss", "csi_219"} <= set(run.data.metrics)
         assert run.data.params["skill.reference"].startswith("observed frames of nowcast-")
@@ -69,8 +75,26 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     assert board.returncode == 0, board.stderr
     assert "higher is better" in board.stdout
     assert "csi16 against skill.reference=observed frames of nowcast-" in board.stdout
-    for solver in ("ddim", "dyweight (mse, observed)", "teacher ddim 20"):
+    for solver in ("ddim", "dyweight (mse, observed)", "teacher ddim 20", "persistence"):
         assert solver in board.stdout
+    event = window_event(synth / "data" / "sevir_synth", TEST_SEED_OFFSET)
+    catalog = pd.read_csv(synth / "data" / "sevir_synth" / "CATALOG.csv")
+    corners = catalog[catalog["id"] == event.event].iloc[0]
+    assert event.latitude == pytest.approx((corners.llcrnrlat + corners.urcrnrlat) / 2)
+    assert event.longitude == pytest.approx((corners.llcrnrlon + corners.urcrnrlon) / 2)
+    offset = pd.Timestamp(event.start_utc) - pd.Timestamp(corners.time_utc)
+    assert abs(offset) <= pd.Timedelta(hours=4)  # within the 4-hour event (offsets are ±)
+
+
+def assert_persistence_scores(scores: xr.Dataset, data: Path) -> None:
+    """The persistence row's counts equal those of the last past frame repeated, counted again
+    here on the held-out windows (with pysteps-independent numpy thresholds)."""
+    windows = NowcastWindows.open(data, 32).test.numpy().astype(np.int64)
+    forecast = np.repeat(windows[:, 6:7], 6, axis=1)
+    observed = windows[:, 7:]
+    for threshold in (74, 133):  # 16 does not survive VIL → [−1, 1] → VIL exactly
+        hits = ((forecast >= threshold) & (observed >= threshold)).sum(axis=(0, 2, 3))
+        np.testing.assert_array_equal(scores.hits.sel(pool=1, threshold=threshold).values, hits)
 
 
 def checkpoint_bytes(client: MlflowClient, run_id: str, folder: Path) -> bytes:

@@ -4,7 +4,16 @@ A per-frame 2-D autoencoder maps SEVIR VIL frames to latents (c channels at 1/f 
 size) and a VP ε-prediction denoiser forecasts the 6 future latent frames, conditioned on the
 latents of the 7 past frames. Both are read from local files; nothing is downloaded.
 
-The loaded modules must offer (layout NTHWC: batch, frame, height, width, channel):
+PreDiff's released checkpoints (the documented way): `code=<clone of PreDiff's repository>
+cfg=<its cfg.yaml> vae=<.pt> unet=<.pt> [alignment=<.pt>] trust_code=true`; the classes are built
+from the config with PreDiff's own code and the state dicts loaded into them (prediff_release.py);
+with `alignment` the denoiser carries PreDiff's knowledge-alignment guidance
+(knowledge_alignment.py; `guide_scale`, default the config's `model.align.guide_scale`).
+
+Modules built elsewhere may instead be given as `denoiser=` and `autoencoder=` files: TorchScript
+(torch.jit.save; loading runs no Python) or whole pickled modules (torch.save(module); loading runs
+code from the file, so it needs allow_pickle=true, and code=<folder> when its classes live in a
+package not installed here). They must offer (layout NTHWC: batch, frame, height, width, channel):
 
     denoiser      eps = denoiser(z_t, t, cond)
                     z_t   (N, 6, h, w, c)  noisy latents of the 6 future frames
@@ -12,16 +21,12 @@ The loaded modules must offer (layout NTHWC: batch, frame, height, width, channe
                     cond  (N, 7, h, w, c)  latents of the 7 past frames
                     eps   like z_t         the predicted noise ε
     autoencoder   autoencoder.encode(frames)  (B, 1, H, W) in [0, 1] → (B, c, h, w) latents,
-                    already multiplied by its scale factor; deterministic (the posterior mean,
+                    already multiplied by its scale factor; deterministic (the posterior mode,
                     not a sample), so a seed's conditioning is always the same
                   autoencoder.decode(latents) (B, c, h, w) → (B, 1, H, W) in [0, 1]
 
 Frames reach the autoencoder as VIL/255 = (x + 1)/2 for frames x ∈ [−1, 1], as PreDiff's SEVIR
-pipeline scales them. Each module is a TorchScript file (torch.jit.save; loading runs no Python)
-or a whole pickled module (torch.save(module); loading runs code from the file, so it needs
-allow_pickle=true, and code=<folder> when its classes live in a package not installed here).
-PreDiff's released checkpoints are state dicts: build the model with PreDiff's code, load the
-checkpoint into it and save it in one of these two forms.
+pipeline scales them.
 
 Schedule (latent diffusion's "linear"): β_t = (linspace(√β_start, √β_end, T))², ᾱ_t = Π_{s≤t}(1 − β_s),
 σ_t = sqrt((1 − ᾱ_t)/ᾱ_t) for t = 0 … T−1, so σ_min = σ_0 and σ_max = σ_{T−1}.
@@ -35,6 +40,10 @@ t(σ) interpolates log σ over the table: between neighbouring integer timesteps
 t = k + (log σ − log σ_k)/(log σ_{k+1} − log σ_k), clamped to [0, T−1]. A fractional t goes to
 the denoiser as it is (a float); t within 1e-4 of an integer is rounded to it, so σ_k read off
 the table in float32 (at most ~1.5e-5 timesteps off) reaches the model as exactly k.
+
+With knowledge alignment ε is the guided ε̃ = ε + k_t · s · ∇U of knowledge_alignment.py, and the
+conditioning carries each window's knowledge target as an eighth frame: cond (N, 8, h, w, c),
+frames 0–6 the past latents, frame 7 filled with avg_x (the denoiser sees frames 0–6 only).
 """
 
 import warnings
@@ -47,6 +56,7 @@ import torch
 from torch import Tensor, nn
 
 from spanlift.backbones.base import Backbone, sigma_as_batch
+from spanlift.backbones.knowledge_alignment import KnowledgeAlignment
 from spanlift.backbones.nowcast import open_windows
 from spanlift.backbones.nowcast_windows import (
     INPUTS,
@@ -55,6 +65,7 @@ from spanlift.backbones.nowcast_windows import (
     frames_side_by_side,
 )
 from spanlift.backbones.pickles import files_digest, make_importable, require_opt_in
+from spanlift.backbones.prediff_release import load_release
 from spanlift.backbones.registry import BACKBONES
 from spanlift.backbones.weights import weights_digest
 from spanlift.errors import CheckpointError, SettingsError
@@ -63,9 +74,8 @@ TIMESTEP_SNAP = 1e-4
 """t(σ) within this many timesteps of an integer is rounded to it."""
 
 CONVERSION_HINT = (
-    "PreDiff's released checkpoints are state dicts: load one into the model built with "
-    "PreDiff's code and save it with torch.jit.save(torch.jit.script(model), file) or "
-    "torch.save(model, file)"
+    "PreDiff's released state dicts load directly with code=<PreDiff clone> cfg=<cfg.yaml> "
+    "vae=<.pt> unet=<.pt> trust_code=true; other modules as torch.jit.save or torch.save files"
 )
 
 
@@ -153,11 +163,13 @@ def placement(module: nn.Module) -> tuple[torch.device, torch.dtype]:
 
 @BACKBONES.register("prediff")
 class LatentNowcast(Backbone):
-    """PreDiff-form latent VP ε-prediction nowcasting model from local files."""
+    """PreDiff's released latent nowcasting model, or PreDiff-form modules, from local files
+    (with cfg=, the schedule is the config's: timesteps, linear_start, linear_end are not used)."""
 
     needs: ClassVar[str] = (
-        "denoiser=<TorchScript or pickle>, autoencoder=<TorchScript or pickle>, "
-        "data=<SEVIR folder or prepared store>; pickles also allow_pickle=true, code=<folder>"
+        "PreDiff's release: code=<PreDiff clone>, cfg=<cfg.yaml>, vae=<.pt>, unet=<.pt>, "
+        "[alignment=<.pt>, guide_scale], trust_code=true; or denoiser=, autoencoder= "
+        "(TorchScript or pickles with allow_pickle=true); and data=<SEVIR folder or store>"
     )
 
     def __init__(
@@ -171,22 +183,56 @@ class LatentNowcast(Backbone):
         timesteps: int = 1000,
         linear_start: float = 1e-4,
         linear_end: float = 2e-2,
+        cfg: str | Path | None = None,
+        vae: str | Path | None = None,
+        unet: str | Path | None = None,
+        alignment: str | Path | None = None,
+        trust_code: bool = False,
+        guide_scale: float | None = None,
+        knowledge_multiplier: float = 2.0,
     ) -> None:
         super().__init__()
         grid = int(grid)
-        if denoiser is None or autoencoder is None or data is None:
+        if data is None or not (cfg or (denoiser and autoencoder)):
             raise SettingsError(
-                "the prediff backbone needs options denoiser=<file>, autoencoder=<file> and "
-                "data=<SEVIR folder or prepared store>"
+                "the prediff backbone needs data=<SEVIR folder or prepared store> and either "
+                "PreDiff's release (code=<clone> cfg=<cfg.yaml> vae=<.pt> unet=<.pt> "
+                "trust_code=true) or denoiser=<file>, autoencoder=<file>"
             )
-        if not isinstance(allow_pickle, bool):
-            raise SettingsError(f"prediff allow_pickle must be true or false, got {allow_pickle!r}")
-        make_importable(code, "prediff")
-        files = [Path(denoiser), Path(autoencoder)]
-        denoiser_module, autoencoder_module = (
-            load_module(path, role, allow_pickle)
-            for path, role in zip(files, ("denoiser", "autoencoder"), strict=True)
-        )
+        if cfg is not None:
+            if code is None or vae is None or unet is None:
+                raise SettingsError(
+                    "prediff cfg= loads PreDiff's release: pass code=<PreDiff clone>, vae=<.pt> "
+                    "and unet=<.pt> too"
+                )
+            release = load_release(code, cfg, vae, unet, alignment, trust_code, guide_scale)
+            denoiser_module, autoencoder_module = release.unet, release.autoencoder
+            schedule = release.schedule
+            timesteps, linear_start, linear_end = (
+                schedule.timesteps,
+                schedule.linear_start,
+                schedule.linear_end,
+            )
+            guidance = (
+                KnowledgeAlignment(
+                    release.alignment, release.guide_scale, timesteps, linear_start, linear_end
+                )
+                if release.alignment is not None and release.guide_scale != 0
+                else None
+            )
+            files = [Path(f) for f in (cfg, vae, unet, alignment) if f is not None]
+        else:
+            if not isinstance(allow_pickle, bool):
+                raise SettingsError(
+                    f"prediff allow_pickle must be true or false, got {allow_pickle!r}"
+                )
+            make_importable(code, "prediff")
+            files = [Path(denoiser), Path(autoencoder)]
+            denoiser_module, autoencoder_module = (
+                load_module(path, role, allow_pickle)
+                for path, role in zip(files, ("denoiser", "autoencoder"), strict=True)
+            )
+            guidance = None
         windows = open_windows(data, grid)
         if windows.train.shape[-2:] != (grid, grid):
             raise SettingsError(
@@ -194,7 +240,11 @@ class LatentNowcast(Backbone):
                 f"not grid={grid}; pass the grid the model was trained on"
             )
         sigmas = vp_sigmas(timesteps, linear_start, linear_end)
-        self._assemble(denoiser_module, autoencoder_module, windows, sigmas, files_digest(files))
+        digest = files_digest(files)
+        if guidance is not None:
+            digest += f"-align{guidance.guide_scale:g}x{float(knowledge_multiplier):g}"
+        self.knowledge_multiplier = float(knowledge_multiplier)
+        self._assemble(denoiser_module, autoencoder_module, windows, sigmas, digest, guidance)
 
     @classmethod
     def from_modules(
@@ -215,6 +265,7 @@ class LatentNowcast(Backbone):
             weights_digest({name: t.cpu() for name, t in module.state_dict().items()})
             for module in (denoiser, autoencoder)
         )
+        backbone.knowledge_multiplier = 2.0
         backbone._assemble(denoiser, autoencoder, windows, sigmas, digest)
         return backbone
 
@@ -225,9 +276,11 @@ class LatentNowcast(Backbone):
         windows: NowcastWindows,
         sigmas: Tensor,
         digest: str,
+        guidance: KnowledgeAlignment | None = None,
     ) -> None:
         """Hold the parts, the σ table and the identity; freeze; read the latent shape off them."""
         self.denoiser, self.autoencoder, self.windows = denoiser, autoencoder, windows
+        self.guidance = guidance
         self.register_buffer("log_sigmas", sigmas.log(), persistent=False)
         self.sigma_min, self.sigma_max = float(sigmas[0]), float(sigmas[-1])
         schedule = f"{len(sigmas)}:{sigmas[0].item():.17g}:{sigmas[-1].item():.17g}"
@@ -284,7 +337,11 @@ class LatentNowcast(Backbone):
         sigma = sigma_as_batch(sigma, x)
         t = self.timestep(sigma.reshape(-1)).to(x.dtype)
         noisy = self.to_frames(x / (1 + sigma**2).sqrt())
-        return x - sigma * self.from_frames(self.denoiser(noisy, t, cond))
+        if self.guidance is None:
+            return x - sigma * self.from_frames(self.denoiser(noisy, t, cond))
+        past, target = cond[:, :INPUTS], cond[:, INPUTS, 0, 0, 0]
+        eps = self.denoiser(noisy, t, past) + self.guidance(noisy, t, past, target)
+        return x - sigma * self.from_frames(eps)
 
     def to_frames(self, x: Tensor) -> Tensor:
         """(N, 6c, h, w) → (N, 6, h, w, c): channel frame·c + k becomes frame `frame`, channel k."""
@@ -298,12 +355,22 @@ class LatentNowcast(Backbone):
 
     @torch.no_grad()
     def conditioning(self, seeds: Sequence[int]) -> Tensor:
-        """Latents of each seed's 7 past frames (N, 7, h, w, c), on the autoencoder's device."""
+        """Latents of each seed's 7 past frames (N, 7, h, w, c), on the autoencoder's device;
+        with knowledge alignment an eighth frame holding the window's target avg_x."""
         device, dtype = placement(self.autoencoder)
         past = self.windows.past(seeds).to(device=device, dtype=dtype)  # (N, 7, H, W)
         n, frames, height, width = past.shape
         latents = self.autoencoder.encode(((past + 1) / 2).reshape(n * frames, 1, height, width))
-        return latents.reshape(n, frames, *latents.shape[1:]).permute(0, 1, 3, 4, 2)
+        cond = latents.reshape(n, frames, *latents.shape[1:]).permute(0, 1, 3, 4, 2)
+        if self.guidance is None:
+            return cond
+        return torch.cat([cond, self.knowledge_frame(seeds, cond[:, :1])], dim=1)
+
+    def knowledge_frame(self, seeds: Sequence[int], like: Tensor) -> Tensor:
+        """avg_x = multiplier × mean of the observed future frames on [0, 1], as a latent frame."""
+        future = (self.windows.future(seeds).to(like.device, torch.float64) + 1) / 2
+        target = self.knowledge_multiplier * future.flatten(1).mean(dim=1)
+        return target.to(like.dtype).reshape(-1, 1, 1, 1, 1).expand_as(like).clone()
 
     def observations(self, seeds: Sequence[int]) -> Tensor:
         """The 6 observed future frames (N, 6, H, W) in [−1, 1] (CPU, as the windows hold them)."""

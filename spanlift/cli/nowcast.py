@@ -6,11 +6,13 @@ from typing import Any
 
 from spanlift.cli.options import (
     DEFAULT_CACHE,
+    add_backbone_options,
     add_field_options,
     add_ray_options,
     add_tracking_options,
     command,
     field_values,
+    parse_settings,
     positive,
 )
 
@@ -75,6 +77,7 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--test-samples", type=int, default=0, help="0: every held-out window")
     add_field_options(ev, FitSettings, FIT_OPTIONS, defaults=NOWCAST_FIT)
     ev.add_argument("--weights", type=Path, help=f"denoiser weights (default {NOWCAST_UNET})")
+    add_backbone_options(ev, default="nowcast")  # prediff: PreDiff's release, docs/nowcasting.md
     ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors")
     ev.add_argument("--lpips-weights", type=Path, help=f"AlexNet weights (default {ALEXNET_HINT})")
     ev.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
@@ -140,6 +143,8 @@ def suite_request(args: argparse.Namespace) -> Any:
         cache=args.cache,
         out=args.out,
         weights=args.weights,
+        backbone=args.backbone,
+        backbone_options=parse_settings(args.backbone_option),
         lpips_weights=args.lpips_weights,
         tracking_uri=None if args.no_tracking else resolve_tracking_uri(args.tracking_uri),
         experiment=result_experiment(args),

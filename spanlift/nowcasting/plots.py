@@ -2,9 +2,18 @@
 
 Figures are drawn on a bare matplotlib `Figure` (Agg canvas, no pyplot state) and written as PNG;
 each function creates the parent folders and returns the written path.
+
+VIL is stored on SEVIR's digital 0–255 scale; the colour bar reads in kg m⁻² through SEVIR's
+decoding (Veillette, Samsi and Mattioli, "SEVIR", NeurIPS 2020, supplementary material; the same
+piecewise rule as `get_right_units_vil` in the SEVIR authors' tutorial code):
+
+    VIL(X) = 0                      X ≤ 5
+             (X − 2) / 90.66        5 < X ≤ 18
+             exp((X − 83.9) / 38.9) X > 18
 """
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +50,34 @@ VIL_NORM = BoundaryNorm(VIL_LEVELS, ncolors=VIL_COLORMAP.N)
 
 Frames = np.ndarray | torch.Tensor  # (frames, H, W) on the VIL scale 0–255
 
+
+def vil_kg_per_m2(digital: np.ndarray | float) -> np.ndarray:
+    """SEVIR's digital VIL X (0–255) in kg m⁻² (the piecewise rule in the module docstring)."""
+    x = np.asarray(digital, dtype=np.float64)
+    linear = (x - 2) / 90.66
+    exponential = np.exp((x - 83.9) / 38.9)
+    return np.where(x <= 5, 0.0, np.where(x <= 18, linear, exponential))
+
+
+@dataclass(frozen=True)
+class EventLabel:
+    """What names a window in a figure: SEVIR event id, its first frame's time, and where."""
+
+    event: str
+    start_utc: str
+    latitude: float | None = None  # the centre of the catalog's corner box, when known
+    longitude: float | None = None
+
+    def title(self) -> str:
+        """`event S728503 · 2019-06-23 21:05 UTC · 35.1°N 97.4°W` (the place when known)."""
+        parts = [f"event {self.event}", f"{self.start_utc} UTC"]
+        if self.latitude is not None and self.longitude is not None:
+            north = f"{abs(self.latitude):.1f}°{'N' if self.latitude >= 0 else 'S'}"
+            east = f"{abs(self.longitude):.1f}°{'E' if self.longitude >= 0 else 'W'}"
+            parts.append(f"{north} {east}")
+        return " · ".join(parts)
+
+
 LEAD_MINUTES = (10, 20, 30, 40, 50, 60)
 PAST_MINUTES = (-60, -50, -40, -30, -20, -10, 0)
 
@@ -75,10 +112,28 @@ def plot_frame_strip(
     lead_minutes: Sequence[float] = LEAD_MINUTES,
     past_minutes: Sequence[float] = PAST_MINUTES,
     past_shown: int = 3,
+    event: EventLabel | None = None,
 ) -> Path:
-    """A grid of VIL frames (0–255) in the SEVIR colours with one shared colour bar: the first
-    row, "observed", holds the last `past_shown` past frames then the observed future; below
-    it one row per solver with its predicted frames under the same lead-time columns."""
+    """`frame_strip_figure` written as PNG to `path`."""
+    figure = frame_strip_figure(
+        past, observed, predicted, lead_minutes, past_minutes, past_shown, event
+    )
+    return _saved(figure, path)
+
+
+def frame_strip_figure(
+    past: Frames,
+    observed: Frames,
+    predicted: Mapping[str, Frames],
+    lead_minutes: Sequence[float] = LEAD_MINUTES,
+    past_minutes: Sequence[float] = PAST_MINUTES,
+    past_shown: int = 3,
+    event: EventLabel | None = None,
+) -> Figure:
+    """A grid of VIL frames (0–255) in the SEVIR colours with one shared colour bar in kg m⁻²:
+    the first row, "observed", holds the last `past_shown` past frames then the observed
+    future; below it one row per solver with its predicted frames under the same lead-time
+    columns; `event` names the window above the grid."""
     past, observed = _frames(past, "past"), _frames(observed, "observed")
     predicted = {label: _frames(frames, label) for label, frames in predicted.items()}
     _check_strip(past, observed, predicted, lead_minutes, past_minutes)
@@ -97,8 +152,11 @@ def plot_frame_strip(
         axes.set_title(title, fontsize=9)
     mappable = ScalarMappable(norm=VIL_NORM, cmap=VIL_COLORMAP)
     colorbar = fig.colorbar(mappable, ax=grid.ravel().tolist(), ticks=VIL_LEVELS, shrink=0.9)
-    colorbar.set_label("VIL (0–255)")
-    return _saved(fig, path)
+    colorbar.set_ticklabels([f"{value:.2g}" for value in vil_kg_per_m2(VIL_LEVELS)])
+    colorbar.set_label("VIL (kg m⁻²)")
+    if event is not None:
+        fig.suptitle(event.title())
+    return fig
 
 
 def _at_pool(scores: xr.Dataset, pool: int, label: str) -> xr.Dataset:

@@ -22,14 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
 import xarray as xr
 
 from spanlift.backbones import Backbone, load_backbone
 from spanlift.backbones.nowcast_windows import sample_to_vil
-from spanlift.errors import SettingsError
-from spanlift.nowcasting.plots import plot_frame_strip, plot_lead_time_scores
+from spanlift.errors import DataError, SettingsError
+from spanlift.nowcasting.plots import EventLabel, plot_frame_strip, plot_lead_time_scores
 from spanlift.nowcasting.scores import THRESHOLDS
+from spanlift.nowcasting.sevir import CATALOG_NAME
+from spanlift.nowcasting.store import open_prepared
 from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.pool import evaluators_on_ray
@@ -37,6 +41,14 @@ from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.fitting.compare import fit_spec
 from spanlift.platform.fitting.fit import FitSettings
+from spanlift.platform.nowcast_reference_rows import (
+    PERSISTENCE,
+    PERSISTENCE_SPEC,
+    ReferenceRow,
+    cached_teacher,
+    persistence,
+    score_reference_row,
+)
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.results.tracking import (
     command_tags,
@@ -46,11 +58,11 @@ from spanlift.platform.results.tracking import (
 )
 from spanlift.platform.sampling.rollout import rollout, seed_noise
 from spanlift.platform.sampling.score import endpoint_rmse
-from spanlift.platform.sampling.teacher import load_or_generate
+from spanlift.platform.sampling.teacher import TeacherSet, load_or_generate
 from spanlift.platform.tracking.runs import (
     ConfigurationRuns,
 )
-from spanlift.seeds import FID_FIRST_SEED, TEST_SEED_OFFSET
+from spanlift.seeds import TEST_SEED_OFFSET
 from spanlift.solvers import Solver, SolverSpec
 from spanlift.solvers.loading import build, is_learnable, load_solver
 
@@ -67,6 +79,7 @@ PAPER = "ddim,dpm_solver_pp,unipc,ipndm,dyweight,spanlift,spanlift+pooled,spanli
 loss, which is Inception's there)."""
 VARIANTS = {"pooled": {"loss": "pooled"}, "observed": {"target": "observed"}}
 METRICS = ("skill", "lpips")
+TIMINGS = ("latency_ms_per_image", "throughput_images_per_s")
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,8 @@ class SuiteRequest:
     cache: Path
     out: Path
     weights: Path | None = None
+    backbone: str = "nowcast"
+    backbone_options: dict[str, Any] = field(default_factory=dict)
     lpips_weights: Path | None = None
     tracking_uri: str | None = None
     experiment: str = ""
@@ -139,7 +154,7 @@ class SuiteResult:
 
 
 def backbone_options(request: SuiteRequest) -> dict[str, Any]:
-    options: dict[str, Any] = {"data": str(request.data)}
+    options: dict[str, Any] = {"data": str(request.data), **request.backbone_options}
     if request.weights:
         options["weights"] = str(request.weights)
     return options
@@ -150,24 +165,14 @@ def run_suite(
 ) -> SuiteResult:
     """Fit, score and record every row; see the module docstring."""
     options = backbone_options(request)
-    backbone = load_backbone("nowcast", **options)
+    backbone = load_backbone(request.backbone, **options)
     # every spec is checked before any work starts
     labels = [row.label(build(row.spec, backbone)) for row in request.rows]
     runs = open_runs(request)
     held_out = request.test_samples or len(backbone.windows.test)
-    train = load_or_generate(request.cache, backbone, range(request.train_samples), request.teacher)
-    test_seeds = range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + held_out)
-    test = load_or_generate(request.cache, backbone, test_seeds, request.teacher)
-    result = SuiteResult()
-    rows = {f"teacher ddim {request.teacher.nfe}": Scored(request.teacher)}
-    # each fit variant has its own fit key, and its base is fitted the same way
-    for label, row in zip(labels, request.rows, strict=True):
-        fitted = fit_spec(row.spec, backbone, train, row.fit, request.out / "fitted")
-        rows[label] = Scored(row.spec, fitted.path, row.fit)
-        result.rmse[label] = endpoint_rmse(fitted.solver, backbone, test)
-        result.fit_seconds[label] = fitted.seconds
+    test_seeds = list(range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + held_out))
     setup = EvaluatorSetup(
-        "nowcast",
+        request.backbone,
         "",
         request.cache / "eval",
         options,
@@ -175,13 +180,33 @@ def run_suite(
         teacher=request.teacher,
     )
     start_ray(address, request.out, num_cpus)
+    # the actors load the backbone while this process builds the teacher sets and fits
     with evaluators_on_ray(setup, request.evaluators) as pool:
-        for label, row in rows.items():
+        test = load_or_generate(request.cache, backbone, test_seeds, request.teacher)
+        result, rows = fit_rows(request, backbone, labels, test)
+        teacher_label = f"teacher ddim {request.teacher.nfe}"
+        references = [
+            persistence(backbone, test_seeds),
+            cached_teacher(backbone, test, teacher_label),
+        ]
+        for reference in references:
+            result.reports[reference.label] = score_reference_row(
+                reference, backbone, test_seeds, setup, METRICS
+            )
+            result.rows.append(reference.label)
+        rows = {
+            PERSISTENCE: Scored(PERSISTENCE_SPEC),
+            teacher_label: Scored(request.teacher),
+            **rows,
+        }
+        for label, row in list(rows.items())[len(references) :]:
             result.reports[label] = evaluate_samples(
-                pool, row.spec, row.checkpoint, held_out, METRICS, ReferenceSet()
+                pool, row.spec, row.checkpoint, held_out, METRICS, ReferenceSet(), TEST_SEED_OFFSET
             )
             result.rows.append(label)
-    result.files = write_outputs(result, backbone, rows, request.out)
+    strip = forecast_strip(backbone, rows, references, test_seeds[0])
+    event = window_event(request.data, test_seeds[0])
+    result.files = write_outputs(result, strip, event, request.out)
     if runs is not None:
         result.run_ids = record_runs(runs, request, result, rows, options)
     return result
@@ -196,15 +221,28 @@ class Scored:
     fit: FitSettings | None = None
 
 
+def fit_rows(
+    request: SuiteRequest, backbone: Backbone, labels: list[str], test: TeacherSet
+) -> tuple[SuiteResult, dict[str, "Scored"]]:
+    """Fit every row on the training teacher set (freed when this returns) and measure its
+    endpoint RMSE against the held-out one; each fit variant has its own fit key, and its base
+    is fitted the same way."""
+    train = load_or_generate(request.cache, backbone, range(request.train_samples), request.teacher)
+    result, rows = SuiteResult(), {}
+    for label, row in zip(labels, request.rows, strict=True):
+        fitted = fit_spec(row.spec, backbone, train, row.fit, request.out / "fitted")
+        rows[label] = Scored(row.spec, fitted.path, row.fit)
+        result.rmse[label] = endpoint_rmse(fitted.solver, backbone, test)
+        result.fit_seconds[label] = fitted.seconds
+    return result, rows
+
+
 def per_lead(result: SuiteResult) -> dict[str, xr.Dataset]:
     return {label: result.reports[label].skill.to_dataset() for label in result.rows}
 
 
 def write_outputs(
-    result: SuiteResult,
-    backbone: Backbone,
-    rows: dict[str, Scored],
-    out: Path,
+    result: SuiteResult, strip: "Strip", event: EventLabel | None, out: Path
 ) -> list[Path]:
     """The per-lead scores of every row as one NetCDF (dim `solver`), the lead-time plot and the
     frame strip of the first held-out window."""
@@ -214,27 +252,66 @@ def write_outputs(
     combined = xr.concat(list(scores.values()), dim="solver").assign_coords(solver=list(scores))
     combined.to_netcdf(netcdf, engine="h5netcdf")
     lead_plot = plot_lead_time_scores(scores, out / "nowcast-lead-time.png")
-    strip = plot_frame_strip(*forecast_strip(backbone, rows), out / "nowcast-frames.png")
-    return [netcdf, lead_plot, strip]
+    strip_png = plot_frame_strip(*strip, out / "nowcast-frames.png", event=event)
+    return [netcdf, lead_plot, strip_png]
+
+
+Strip = tuple[Any, Any, dict[str, Any]]
+"""Past frames, observed frames and each row's forecast of one window, on the VIL scale."""
 
 
 @torch.no_grad()
-def forecast_strip(backbone: Backbone, rows: dict[str, Scored]) -> tuple[Any, Any, dict[str, Any]]:
-    """Past and observed frames of the first scored window, and each row's forecast of it, on
-    the VIL scale."""
-    seeds = [FID_FIRST_SEED]
-    cond, noise = backbone.conditioning(seeds), seed_noise(seeds, backbone.shape)
-    forecasts = {
-        label: sample_to_vil(
-            backbone.decode(
-                rollout(load_solver(row.spec, row.checkpoint, backbone), backbone, noise, cond)
-            )
-        )[0].numpy()
-        for label, row in rows.items()
-    }
-    past = sample_to_vil(cond)[0].numpy()
-    observed = sample_to_vil(backbone.observations(seeds))[0].numpy()
-    return past, observed, forecasts
+def forecast_strip(
+    backbone: Backbone, rows: dict[str, Scored], references: list[ReferenceRow], seed: int
+) -> Strip:
+    """The window of `seed`: its past and observed frames and each row's forecast (reference
+    rows from what they scored, solvers by one rollout from the seed's noise)."""
+    cond, noise = backbone.conditioning([seed]), seed_noise([seed], backbone.shape)
+    forecasts = {reference.label: reference.forecast(slice(0, 1)) for reference in references}
+    for label, row in rows.items():
+        if label not in forecasts:
+            solver = load_solver(row.spec, row.checkpoint, backbone)
+            forecasts[label] = backbone.decode(rollout(solver, backbone, noise, cond)).clamp(-1, 1)
+    vil = {label: sample_to_vil(frames)[0].numpy() for label, frames in forecasts.items()}
+    past = sample_to_vil(backbone.windows.past([seed]))[0].numpy()
+    observed = sample_to_vil(backbone.observations([seed]))[0].numpy()
+    return past, observed, vil
+
+
+def window_event(data: Path, seed: int) -> EventLabel | None:
+    """The SEVIR event of a held-out seed's window: id and first frame's time from the prepared
+    windows, the centre of the catalog's corner box when `data` is a SEVIR folder; None when the
+    data holds no event metadata."""
+    try:
+        store = open_prepared(Path(data))
+    except DataError:
+        return None
+    if not {"event", "start_utc", "split"} <= set(store.coords):
+        return None
+    test = np.flatnonzero(store.split.values == "test")
+    index = test[seed % TEST_SEED_OFFSET % len(test)]
+    event = str(store.event.values[index])
+    start = pd.Timestamp(store.start_utc.values[index]).strftime("%Y-%m-%d %H:%M")
+    return EventLabel(event, start, *catalog_centre(Path(data), event))
+
+
+def catalog_centre(root: Path, event: str) -> tuple[float | None, float | None]:
+    """(latitude, longitude) of the centre of the event's corner box in `<root>/CATALOG.csv`."""
+    catalog = root / CATALOG_NAME
+    if not catalog.is_file():
+        return None, None
+    corners = ["llcrnrlat", "urcrnrlat", "llcrnrlon", "urcrnrlon"]
+    rows = pd.read_csv(catalog, usecols=lambda c: c in {"id", *corners}, low_memory=False)
+    if not set(corners) <= set(rows.columns) or "id" not in rows.columns:
+        return None, None
+    match = rows[rows["id"].astype(str) == event]
+    if match.empty:
+        return None, None
+    first = match.iloc[0]
+    return (
+        float((first.llcrnrlat + first.urcrnrlat) / 2),
+        float((first.llcrnrlon + first.urcrnrlon) / 2),
+    )
 
 
 def open_runs(request: SuiteRequest) -> ConfigurationRuns | None:
@@ -255,10 +332,12 @@ def record_runs(
     for label in result.rows:
         row, report = rows[label], result.reports[label]
         configuration = Configuration(
-            "nowcast",
+            request.backbone,
             options,
             row.spec,
-            teacher_identity(request.teacher, request.train_samples),
+            {}
+            if label == PERSISTENCE
+            else teacher_identity(request.teacher, request.train_samples),
             fit=row.fit.to_dict() if row.fit else {},
             evaluation={"samples": report.samples, "metrics": list(METRICS)},
         )
@@ -268,6 +347,9 @@ def record_runs(
             "teacher.train_samples": request.train_samples,
         }
         metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}
+        for timing in TIMINGS:  # reference rows draw no samples: no timing to log
+            if math.isnan(metrics[timing]):
+                del metrics[timing]
         if label in result.rmse:
             metrics |= {"rmse": result.rmse[label], "fit_seconds": result.fit_seconds[label]}
         with tempfile.TemporaryDirectory() as folder:

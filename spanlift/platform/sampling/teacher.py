@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -188,11 +188,12 @@ def generate_teacher(
     for start in range(0, len(seeds), batch_size):
         batch = noise[start : start + batch_size].to(device)
         batch_cond = None if cond is None else cond[start : start + batch_size].to(device)
-        denoiser = conditioned(backbone, batch_cond)
-        path = [backbone.prior(batch), *solver.trajectory(denoiser, backbone.prior(batch))]
-        endpoints.append(path[-1].cpu())
+        endpoint, kept = rollout_keeping(
+            solver, conditioned(backbone, batch_cond), backbone.prior(batch), picks
+        )
+        endpoints.append(endpoint.cpu())
         if picks:
-            states.append(torch.stack([path[j] for j in picks], dim=1).cpu())
+            states.append(torch.stack([kept[j] for j in picks], dim=1).cpu())
         bar.update(len(batch))
     bar.close()
     seeds_t = torch.as_tensor(list(seeds), dtype=torch.int64)
@@ -207,6 +208,20 @@ def generate_teacher(
         requested_sigmas(state_sigmas),
         teacher,
     )
+
+
+def rollout_keeping(
+    solver: Solver, denoiser: Callable[[Tensor, Tensor], Tensor], x: Tensor, picks: Sequence[int]
+) -> tuple[Tensor, dict[int, Tensor]]:
+    """The endpoint of a rollout from x and the states at grid positions `picks` (0: x itself);
+    the other states are dropped as the rollout goes, so a batch never holds its whole path."""
+    wanted = set(picks)
+    kept = {0: x} if 0 in wanted else {}
+    for position, step in enumerate(solver.steps(denoiser, x), start=1):
+        x = step.x_next
+        if position in wanted:
+            kept[position] = x
+    return x, kept
 
 
 def _shard_table(teacher: TeacherSet) -> pa.Table:
