@@ -202,3 +202,17 @@ def test_five_ddim_steps_lose_skill_against_the_hundred_step_teacher(storms: Pat
     for steps in (5, 100):  # the model has skill: it beats persisting the last frame
         assert scores[steps]["csi_m"] > scores["persistence"]["csi_m"], scores
         assert scores[steps]["hss"] > scores["persistence"]["hss"], scores
+
+
+def test_every_vil_level_comes_back_whole_and_counts_at_its_threshold() -> None:
+    """v/127.5 − 1 in float32 and back lands up to ~1e-5 below some levels (16 → 15.999999);
+    scored as is, an observed 16 would never be an event at the threshold 16."""
+    levels = torch.arange(256, dtype=torch.uint8)
+    back = sample_to_vil(vil_to_sample(levels))
+    assert torch.equal(back, levels.double().to(back.dtype))
+    frames = levels.reshape(1, 1, 16, 16).expand(1, 6, 16, 16)
+    counts = contingency_counts(sample_to_vil(vil_to_sample(frames)), frames, pools=(1,))
+    hits = counts.hits[counts.pools.index(1), counts.thresholds.index(16)]
+    assert hits == 6 * (256 - 16)  # every observed level ≥ 16, forecast the same
+    forecast = sample_to_vil(torch.tensor([15.6, 16.4]) / 127.5 - 1)
+    assert torch.allclose(forecast, torch.tensor([15.6, 16.4]), atol=1e-4)  # forecasts stay real

@@ -32,9 +32,19 @@ def vil_to_sample(vil: Tensor) -> Tensor:
     return vil.float() / 127.5 - 1
 
 
+LEVEL_SNAP = 1e-3
+"""A value this close to a whole VIL level is that level."""
+
+
 def sample_to_vil(x: Tensor) -> Tensor:
-    """v = (x + 1)·127.5, clipped to [0, 255]: a sample back on the VIL scale (float, unrounded)."""
-    return ((x + 1) * 127.5).clamp(0, 255)
+    """v = (x + 1)·127.5, clipped to [0, 255]: a sample back on the VIL scale (float).
+
+    v/127.5 − 1 in float32 and back lands up to ~1e-5 below some levels (16 → 15.999999), which
+    scores (event = v ≥ threshold) would count as the level below; a value within `LEVEL_SNAP`
+    of a whole level is therefore that level. Forecasts otherwise keep their real values."""
+    v = ((x + 1) * 127.5).clamp(0, 255)
+    whole = v.round()
+    return torch.where((v - whole).abs() < LEVEL_SNAP, whole, v)
 
 
 def frames_side_by_side(frames: Tensor) -> Tensor:
