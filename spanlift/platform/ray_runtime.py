@@ -30,14 +30,15 @@ class TrialBundle:
     workers: int
     worker_cpu: float
     use_gpu: bool
+    worker_gpu: float = 1.0
 
     @property
     def cpus(self) -> float:
         return self.trial_cpu + self.workers * self.worker_cpu
 
     @property
-    def gpus(self) -> int:
-        return self.workers if self.use_gpu else 0
+    def gpus(self) -> float:
+        return self.workers * self.worker_gpu if self.use_gpu else 0
 
 
 @dataclass(frozen=True)
@@ -124,16 +125,18 @@ def check_fits(bundle: TrialBundle, reserved: Reserved, local: bool) -> int:
             f"{bundle.cpus:g} CPUs per trial (trial_cpu {bundle.trial_cpu:g} + {bundle.workers} "
             f"workers × worker_cpu {bundle.worker_cpu:g}) but {held}"
         )
-    if bundle.gpus > gpus:
+    if bundle.gpus > gpus + 1e-9:
         problems.append(
-            f"{bundle.gpus} GPUs per trial ({bundle.workers} workers with use_gpu) but "
+            f"{bundle.gpus:g} GPUs per trial ({bundle.workers} workers × worker_gpu "
+            f"{bundle.worker_gpu:g}) but "
             f"the cluster has {gpus:g} beside the sweep's {reserved.describe()}"
         )
     if problems and local:
         raise SettingsError(
             "resources: a trial cannot be placed: " + "; ".join(problems) + ". Lower "
-            "resources.workers, resources.worker_cpu, resources.evaluator_cpu or "
-            "evaluation.evaluators, or set use_gpu: false"
+            "resources.workers, resources.worker_cpu, resources.worker_gpu, "
+            "resources.evaluator_cpu, resources.evaluator_gpu or evaluation.evaluators, or set "
+            "use_gpu: false"
         )
     if problems:
         print(f"spanlift: waiting for the autoscaler: {'; '.join(problems)}")
