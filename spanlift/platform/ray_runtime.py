@@ -8,6 +8,7 @@ address (`auto` or `ray://...`) it joins that cluster as it is configured.
 
 import logging
 import os
+import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,11 @@ def start_ray(
     if address:
         if num_cpus is not None:
             print(f"spanlift: joining the Ray cluster at {address}; --num-cpus is for a local Ray")
-        ray.init(address=address, **console)
+        check_reachable(address)
+        try:
+            ray.init(address=address, **console)
+        except ConnectionError as exc:  # `auto` with no cluster on this machine, say
+            raise SettingsError(f"Ray cluster {address}: {str(exc).splitlines()[0]}") from None
         return
     os.environ.update(LOCAL_AUTH)
     ray.init(
@@ -89,6 +94,29 @@ def start_ray(
         runtime_env={"env_vars": LOCAL_WORKER_ENV},
         **console,
     )
+
+
+REACH_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """Refuse at once a cluster address (`host:port`, `ray://host:port`) that nothing answers
+    at: Ray itself would wait minutes for its head. `auto` is left to Ray, which finds the
+    cluster this machine belongs to or says there is none."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise SettingsError(
+            f"Ray cluster address {address!r}: expected host:port, ray://host:port or auto"
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SettingsError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start its head "
+            "(`ray start --head`) or pass the address it printed"
+        ) from None
 
 
 def ray_temp_dir(workdir: Path) -> Path:

@@ -25,7 +25,14 @@ from ray.tune.search.optuna import OptunaSearch
 
 from spanlift.platform.configuration import digest
 from spanlift.platform.evaluation.pool import running_evaluators
-from spanlift.platform.ray_runtime import Reserved, TrialBundle, check_fits, ray_address, start_ray
+from spanlift.platform.ray_runtime import (
+    Reserved,
+    TrialBundle,
+    check_fits,
+    check_reachable,
+    ray_address,
+    start_ray,
+)
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.progress import console_settings, quiet_console, restore_console
@@ -184,10 +191,12 @@ def run_sweep(
     config = load_sweep(path)
     store = sweep_storage(config, storage)
     root = store.local
+    address = ray_address(address)
+    if address:
+        check_reachable(address)  # before anything is written
     uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
     experiment_id(connect(uri), config.experiment, create=True)
     check_restart(root, config, resume, restart)
-    address = ray_address(address)
     start_ray(address, root, num_cpus, verbose=verbose)
     config = with_gpu_choice(config)
     r = config.resources
