@@ -59,3 +59,13 @@ def test_the_bucket_holds_the_sweep_and_no_local_folder_does(sweep: TwoNodeSweep
     assert any(key.startswith("train/fit-dyweight") for key in sweep.stored)
     assert {"summary.json", "sweep.yaml"} <= set(sweep.stored)
     assert sweep.local_storage == [], f"written outside s3://{BUCKET}/{PREFIX}"
+
+
+def test_gpu_shares_are_refused_where_ray_reports_no_gpu(sweep: TwoNodeSweep) -> None:
+    worker, evaluator = sweep.gpu_refusals
+    assert "0.25 GPUs per trial (1 workers × worker_gpu 0.25) but the cluster has 0" in worker
+    assert "the sweep's 2 evaluator(s) × 0.1 CPU + 0.5 GPU need 1 GPUs but the cluster has 0" in (
+        evaluator
+    )
+    for refusal in sweep.gpu_refusals:
+        assert refusal.startswith("resources: a trial cannot be placed: ") and "\n" not in refusal

@@ -23,6 +23,8 @@ from pathlib import Path
 import yaml
 from mlflow.tracking import MlflowClient
 
+from spanlift.errors import SettingsError
+from spanlift.platform.ray_runtime import Reserved, TrialBundle, check_fits
 from spanlift.platform.sweep.trial import HOST_TAG, NODE_TAG
 from spanlift.platform.tracking.runs import KEY_TAG
 from tests.cli_run import start_spanlift
@@ -106,6 +108,8 @@ class TwoNodeSweep:
     """Objects in the bucket under the sweep's prefix."""
     local_storage: list[str] = field(default_factory=list)
     """What the sweep wrote into the working folder's default storage (must be nothing)."""
+    gpu_refusals: list[str] = field(default_factory=list)
+    """What GPU requests the CPU-only cluster refused (see `gpu_requests_refused`)."""
 
 
 @contextmanager
@@ -187,6 +191,7 @@ def run_two_node_sweep(
                 process.communicate()
         result.exit_code = process.returncode
         result.stored = keys(bucket, f"{BUCKET}/{PREFIX}/{SWEEP['experiment']}")
+        result.gpu_refusals = gpu_requests_refused(cluster.address)
     result.seconds = time.monotonic() - start
     runs = configuration_runs(tracking, SWEEP["experiment"])
     result.runs = {r.info.run_id: RunSeen.of(r) for r in runs}
@@ -194,6 +199,32 @@ def run_two_node_sweep(
     default_storage = folder / "runs"
     result.local_storage = sorted(str(p) for p in default_storage.rglob("*"))
     return result
+
+
+GPU_REQUESTS = {
+    "worker_gpu": (TrialBundle(0.1, 1, 0.9, use_gpu=True, worker_gpu=0.25), Reserved(1, 0.1, 0)),
+    "evaluator_gpu": (TrialBundle(0.1, 1, 0.9, use_gpu=False), Reserved(2, 0.1, 0.5)),
+}
+"""A quarter GPU per Train worker, and half a GPU per evaluator: neither can be placed where Ray
+reports no GPU."""
+
+
+def gpu_requests_refused(address: str) -> list[str]:
+    """The refusal of each of GPU_REQUESTS by the placement check, on the cluster at `address`
+    (whose nodes have no GPU)."""
+    import ray
+
+    refusals = []
+    ray.init(address=address, log_to_driver=False)
+    try:
+        for bundle, reserved in GPU_REQUESTS.values():
+            try:
+                check_fits(bundle, reserved, local=True)
+            except SettingsError as exc:
+                refusals.append(str(exc))
+    finally:
+        ray.shutdown()
+    return refusals
 
 
 def wait_for_learned_run_on(node: str, process, tracking: str, timeout: float) -> dict:

@@ -148,12 +148,17 @@ def check_fits(bundle: TrialBundle, reserved: Reserved, local: bool) -> int:
     gpus = available.get("GPU", 0.0) - reserved.count * reserved.gpus
     held = f"the cluster has {cpus:g} beside the sweep's {reserved.describe()}"
     problems = []
-    if bundle.cpus > cpus + 1e-9:
+    if gpus < -1e-9:
+        problems.append(
+            f"the sweep's {reserved.describe()} need {reserved.count * reserved.gpus:g} GPUs but "
+            f"the cluster has {available.get('GPU', 0.0):g}"
+        )
+    elif bundle.cpus > cpus + 1e-9:
         problems.append(
             f"{bundle.cpus:g} CPUs per trial (trial_cpu {bundle.trial_cpu:g} + {bundle.workers} "
             f"workers × worker_cpu {bundle.worker_cpu:g}) but {held}"
         )
-    if bundle.gpus > gpus + 1e-9:
+    if bundle.gpus > max(gpus, 0) + 1e-9:
         problems.append(
             f"{bundle.gpus:g} GPUs per trial ({bundle.workers} workers × worker_gpu "
             f"{bundle.worker_gpu:g}) but "
