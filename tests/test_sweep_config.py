@@ -276,3 +276,20 @@ def test_resources_give_train_workers_their_gpu_share() -> None:
     ).resources
     assert resources.per_worker() == {"CPU": 2.0, "GPU": 0.25}
     assert replace(resources, use_gpu=False).per_worker() == {"CPU": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "evaluators", "expected"),
+    [
+        (0, 1, False),  # no GPU: CPUs
+        (1, 1, True),  # 0.25 per fit + 0.5 for the evaluator: packed on one GPU
+        (1, 2, False),  # two half-GPU evaluators and a fit's quarter need 1.25
+        (2, 2, True),
+    ],
+)
+def test_auto_packs_gpu_shares_when_they_fit(gpus: float, evaluators: int, expected: bool) -> None:
+    resources = parse_sweep(
+        {**VALID, "resources": {"worker_gpu": 0.25, "evaluator_gpu": 0.5}}, "x.yaml"
+    ).resources
+    assert resources.use_gpu == "auto"
+    assert resources.uses_gpus(gpus, evaluators) is expected

@@ -78,6 +78,8 @@ class RunSeen:
     node: str
     host: str
     end_time: int | None
+    resumed_from: float | None
+    """The iteration its fit continued from (`fit_resumed_from`; None: not recorded yet)."""
 
     @classmethod
     def of(cls, run) -> "RunSeen":
@@ -88,6 +90,7 @@ class RunSeen:
             tags.get(NODE_TAG, ""),
             tags.get(HOST_TAG, ""),
             run.info.end_time,
+            run.data.metrics.get("fit_resumed_from"),
         )
 
 
@@ -110,6 +113,22 @@ class TwoNodeSweep:
     """What the sweep wrote into the working folder's default storage (must be nothing)."""
     gpu_refusals: list[str] = field(default_factory=list)
     """What GPU requests the CPU-only cluster refused (see `gpu_requests_refused`)."""
+
+    def lost(self) -> list[str]:
+        """Ids of the runs RUNNING on the worker node when it was killed."""
+        return [
+            run_id
+            for run_id, r in self.at_kill.items()
+            if r.node == self.worker and r.status == "RUNNING"
+        ]
+
+    def rerun(self) -> list[str]:
+        """Ids of the runs FINISHED before the kill that were finished again after it."""
+        return [
+            run_id
+            for run_id, r in self.at_kill.items()
+            if r.status == "FINISHED" and self.runs[run_id].end_time != r.end_time
+        ]
 
 
 @contextmanager

@@ -87,6 +87,15 @@ class Resources:
     def evaluator_cpus(self) -> float:
         return self.evaluator_cpu or self.worker_cpu
 
+    def uses_gpus(self, gpus: float, evaluators: int) -> bool:
+        """`use_gpu` resolved on a cluster with `gpus` GPUs: "auto" packs the Train workers'
+        and the evaluators' shares when they all fit (workers × worker_gpu + evaluators ×
+        evaluator_gpu ≤ gpus)."""
+        if self.use_gpu != "auto":
+            return bool(self.use_gpu)
+        wanted = self.workers * self.worker_gpu + evaluators * self.evaluator_gpu
+        return gpus > 0 and gpus >= wanted - 1e-9
+
     def per_worker(self) -> dict[str, float]:
         """Ray resources of one Train worker (ScalingConfig.resources_per_worker)."""
         return {"CPU": self.worker_cpu, **({"GPU": self.worker_gpu} if self.use_gpu else {})}

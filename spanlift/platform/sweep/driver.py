@@ -156,14 +156,11 @@ def sweep_storage(config: SweepConfig, storage: str | None) -> Storage:
 
 
 def with_gpu_choice(config: SweepConfig) -> SweepConfig:
-    """Resolve `use_gpu: auto`: GPUs when the cluster has one for each Train worker besides the
-    evaluators' share."""
+    """Resolve `use_gpu: auto` on the running cluster (`Resources.uses_gpus`)."""
     r = config.resources
     if r.use_gpu != "auto":
         return config
-    gpus = ray.cluster_resources().get("GPU", 0)
-    wanted = r.workers * r.worker_gpu + config.evaluation.evaluators * r.evaluator_gpu
-    use_gpu = gpus > 0 and gpus >= wanted - 1e-9
+    use_gpu = r.uses_gpus(ray.cluster_resources().get("GPU", 0), config.evaluation.evaluators)
     return replace(config, resources=replace(r, use_gpu=use_gpu))
 
 
