@@ -5,8 +5,9 @@
 The fit key is the configuration's (`Configuration.fit_key`: backbone, training teacher set, fit
 settings, solver spec), so a changed fit is never served old weights, and the code version keeps
 another version's weights out unless reuse across versions is asked for. A SpanLift that needs a
-fitted base gets it from the same cache, fitted first if missing (the paper's two-stage fit). With a bucket storage, `folder` is the
-bucket's local mirror: a kept fit missing here is fetched from the bucket, a new one published.
+fitted base gets it from the same cache, fitted first if missing (the paper's two-stage fit).
+With a bucket storage, `folder` is the bucket's local copy: a kept fit missing here is fetched
+from the bucket, a new one published.
 """
 
 import fnmatch
