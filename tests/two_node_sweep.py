@@ -28,7 +28,7 @@ from spanlift.platform.ray_runtime import Reserved, TrialBundle, check_fits
 from spanlift.platform.sweep.trial import HOST_TAG, NODE_TAG
 from spanlift.platform.tracking.runs import KEY_TAG
 from tests.cli_run import start_spanlift
-from tests.s3_server import keys, make_bucket, moto_server, s3_environment
+from tests.s3_server import free_port, keys, make_bucket, moto_server, s3_environment
 
 BUCKET, PREFIX = "spanlift", "runs"
 NODE_CPUS = 2
@@ -168,7 +168,11 @@ def two_node_cluster(folder: Path) -> Iterator[tuple]:
         with environment(env):
             cluster = Cluster(
                 initialize_head=True,
-                head_node_args={"num_cpus": NODE_CPUS, "_system_config": FAST_FAILURE_DETECTION},
+                head_node_args={
+                    "num_cpus": NODE_CPUS,
+                    "dashboard_port": free_port(),  # another Ray on this machine may hold 8265
+                    "_system_config": FAST_FAILURE_DETECTION,
+                },
             )
             try:
                 worker = cluster.add_node(num_cpus=NODE_CPUS)
