@@ -135,3 +135,46 @@ def test_doctor_finds_a_bucket_writable(s3_env: str) -> None:
     bucket = make_bucket(s3_env, "doctor")
     assert storage_check("s3://doctor/runs", None) == "s3://doctor/runs is writable"
     assert keys(bucket, "doctor") == []  # the probe object is removed
+
+
+def test_a_folder_another_process_changed_is_refreshed_and_can_be_removed(
+    s3_env: str, tmp_path: Path
+) -> None:
+    bucket = make_bucket(s3_env, "state")
+    storage = on_another_node(open_storage("s3://state/p"), tmp_path / "a")
+    state = storage.local / "tune"
+    (state / "trial").mkdir(parents=True)
+    (state / "trial" / "result.json").write_text("{}")
+    storage.publish(state)
+    other = on_another_node(storage, tmp_path / "b")
+    (other.local / "tune").mkdir(parents=True)
+    (other.local / "tune" / "stale.json").write_text("old")
+    other.refresh(other.local / "tune")
+    assert sorted(p.name for p in (other.local / "tune").rglob("*")) == ["result.json", "trial"]
+    other.remove(other.local / "tune")
+    assert keys(bucket, "state/p") == []
+    other.refresh(other.local / "tune")
+    assert not (other.local / "tune").exists()
+
+
+def test_a_sweep_in_a_bucket_is_protected_and_restarted_through_the_bucket(
+    s3_env: str, tmp_path: Path
+) -> None:
+    """Another machine's Tune state in the bucket is seen before anything runs: protected
+    without a flag, deleted from the bucket by --restart; the validated sweep is published."""
+    from spanlift.platform.sweep.config import parse_sweep
+    from spanlift.platform.sweep.driver import sync_sweep_state
+
+    bucket = make_bucket(s3_env, "sweeps")
+    config = parse_sweep(
+        {"experiment": "e", "backbone": "gmm", "solvers": [{"name": "euler", "nfe": 3}]}, "s.yaml"
+    )
+    elsewhere = on_another_node(open_storage("s3://sweeps/runs").child("e"), tmp_path / "a")
+    (elsewhere.local / "tune").mkdir(parents=True)
+    (elsewhere.local / "tune" / "tuner.pkl").write_bytes(b"state")
+    elsewhere.publish(elsewhere.local / "tune")
+    here = on_another_node(elsewhere, tmp_path / "b")
+    with pytest.raises(SettingsError, match="this sweep already ran"):
+        sync_sweep_state(here, config, resume=False, restart=False)
+    sync_sweep_state(here, config, resume=False, restart=True)
+    assert keys(bucket, "sweeps/runs/e") == ["sweep.yaml"]

@@ -148,6 +148,21 @@ class Storage:
             raise
         return True
 
+    def refresh(self, path: Path) -> None:
+        """Replace this node's copy of the folder at `path` with the storage's (none when the
+        storage has none): state another process may have changed, such as Tune's."""
+        if not self.remote:
+            return
+        shutil.rmtree(path, ignore_errors=True)
+        if self.names(path):
+            Path(path).mkdir(parents=True)
+            download(self.filesystem, self.remote_path(path), Path(path))
+
+    def remove(self, path: Path) -> None:
+        """Delete the folder at `path` from the storage (this node's copy is left alone)."""
+        if self.remote and self.names(path):
+            self.filesystem.delete_dir(self.remote_path(path))
+
     def fetch_stored(self, path: Path | str | None) -> None:
         """`fetch` a path of this storage that this node lacks; other paths are left alone."""
         if path is None or not self.remote:

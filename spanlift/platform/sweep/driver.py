@@ -155,6 +155,18 @@ def sweep_storage(config: SweepConfig, storage: str | None) -> Storage:
     return open_storage(storage or config.storage).child(config.experiment)
 
 
+def sync_sweep_state(store: Storage, config: SweepConfig, resume: bool, restart: bool) -> None:
+    """`check_restart` on the storage's Tune state and sweep file: with a bucket, this node's
+    copy is refreshed from the bucket first, and what it decides is written back."""
+    root = store.local
+    store.refresh(root / TUNE_NAME)
+    store.fetch(root / SWEEP_FILE)
+    check_restart(root, config, resume, restart)
+    if restart:
+        store.remove(root / TUNE_NAME)
+    store.publish(root / SWEEP_FILE)
+
+
 def with_gpu_choice(config: SweepConfig) -> SweepConfig:
     """Resolve `use_gpu: auto` on the running cluster (`Resources.uses_gpus`)."""
     r = config.resources
@@ -193,7 +205,7 @@ def run_sweep(
         check_reachable(address)  # before anything is written
     uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
     experiment_id(connect(uri), config.experiment, create=True)
-    check_restart(root, config, resume, restart)
+    sync_sweep_state(store, config, resume, restart)
     start_ray(address, root, num_cpus, verbose=verbose)
     config = with_gpu_choice(config)
     r = config.resources
