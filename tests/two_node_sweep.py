@@ -13,6 +13,7 @@ checkpoints), and what crosses nodes is read back from the trials' MLflow tags.
 """
 
 import os
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -208,6 +209,11 @@ def run_two_node_sweep(
                 result.at_kill = wait_for_learned_run_on(result.worker, process, tracking, timeout)
                 cluster.remove_node(worker, allow_graceful=False)
             result.output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise TimeoutError(
+                f"the sweep did not end:\n{process.communicate()[0][-5000:]}"
+            ) from None
         finally:
             if process.poll() is None:
                 process.kill()

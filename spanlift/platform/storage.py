@@ -133,12 +133,7 @@ class Storage:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
         try:
-            pafs.copy_files(
-                target,
-                str(partial),
-                source_filesystem=self.filesystem,
-                destination_filesystem=pafs.LocalFileSystem(),
-            )
+            download(self.filesystem, target, partial)
             try:
                 os.replace(partial, path)
             except OSError:  # another process of this node fetched it first
@@ -172,7 +167,7 @@ class Storage:
             raise FileNotFoundError(f"{self.remote_path(path)} is not in the storage {self.uri}")
 
     def names(self, folder: Path) -> list[str]:
-        """The names of the files in the storage's `folder` (empty when it has none)."""
+        """The names of what the storage's `folder` holds (empty when it has nothing)."""
         if not self.remote:
             return sorted(p.name for p in Path(folder).glob("*"))
         selector = pafs.FileSelector(self.remote_path(folder), allow_not_found=True)
@@ -180,6 +175,7 @@ class Storage:
 
 
 def download(filesystem: pafs.FileSystem, source: str, target: Path) -> None:
+    """Copy the file or folder `source` of `filesystem` to the local `target`."""
     pafs.copy_files(
         source,
         str(target),
