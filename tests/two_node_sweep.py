@@ -184,7 +184,7 @@ def two_node_cluster(folder: Path) -> Iterator[tuple]:
 
 
 def run_two_node_sweep(
-    folder: Path, kill_worker: bool = True, timeout: float = 300
+    folder: Path, kill_worker: bool = True, timeout: float = 480
 ) -> TwoNodeSweep:
     """SWEEP on two nodes, the worker node killed once a learned configuration runs there."""
     path = folder / "two-nodes.yaml"
@@ -257,7 +257,8 @@ def gpu_requests_refused(address: str) -> list[str]:
 
 
 def wait_for_learned_run_on(node: str, process, tracking: str, timeout: float) -> dict:
-    """The runs once a DyWeight configuration's run is RUNNING on `node`."""
+    """The runs once a DyWeight configuration's run is RUNNING on `node` and another
+    configuration has FINISHED (to show that a finished one is not run again)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -266,9 +267,13 @@ def wait_for_learned_run_on(node: str, process, tracking: str, timeout: float) -
             runs = {r.info.run_id: RunSeen.of(r) for r in configuration_runs(tracking, "two-nodes")}
         except Exception:  # the store is not created yet
             runs = {}
-        if any(
+        learning_there = any(
             r.node == node and r.status == "RUNNING" and "dyweight" in r.name for r in runs.values()
-        ):
+        )
+        if learning_there and any(r.status == "FINISHED" for r in runs.values()):
             return runs
         time.sleep(0.25)
-    raise TimeoutError(f"no learned configuration ran on the worker node within {timeout:.0f} s")
+    raise TimeoutError(
+        f"no learned configuration ran on the worker node after another finished, within "
+        f"{timeout:.0f} s"
+    )
