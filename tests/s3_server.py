@@ -55,7 +55,11 @@ def moto_server(auth: bool = False) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def make_bucket(endpoint: str, bucket: str) -> pafs.S3FileSystem:
