@@ -30,6 +30,12 @@ runs them. One row per fault:
    tag, the other FINISHED, and the sweep must exit 1. Redone: fits of the diverged
    configuration beyond the first (Tune retries the failed trial once: the retry must take the
    failure from MLflow instead of fitting again).
+6. node lost: a two-node Ray cluster on this machine (`ray.cluster_utils.Cluster`, 2 CPUs per
+   node), the sweep stored in an S3 bucket (moto's server on 127.0.0.1), `spanlift sweep
+   --address <head>`; the worker node is killed once a DyWeight fit runs on it
+   (`tests/two_node_sweep.py`). Lost: the configurations running on that node. Redone:
+   configurations FINISHED before the kill and finished again after it (must be 0); the lost
+   ones must FINISH on the head in their own run, the sweep exit 0.
 
 Duplicate MLflow runs: runs beyond the first per `spanlift.key` tag in the experiment; the
 sweep's parent run (tagged `spanlift.command=sweep`) is not a configuration and is left out.
@@ -602,12 +608,42 @@ def nan_fit(folder: Path) -> Row:
     return row
 
 
+def node_lost(folder: Path) -> Row:
+    """a worker node lost mid-fit (two nodes, S3 storage)"""
+    sys.path.insert(0, str(ROOT))  # the scenario is the multi-node tests' own
+    from tests.two_node_sweep import run_two_node_sweep
+
+    sweep = run_two_node_sweep(folder)
+    lost = [sweep.runs[run_id] for run_id in sweep.lost()]
+    finished = [r for r in sweep.at_kill.values() if r.status == "FINISHED"]
+    resumed = ", ".join(
+        f"{r.name} from {r.resumed_from:g}" for r in lost if r.resumed_from is not None
+    )
+    row = Row(
+        lost=f"{len(lost)} running configuration(s): {', '.join(r.name for r in lost)}",
+        redone=(
+            f"{len(sweep.rerun())} of {len(finished)} finished configurations run again; the "
+            f"lost one(s) finished on the head (fit resumed: {resumed or 'from 0'})"
+        ),
+        duplicates=str(sweep.duplicates),
+    )
+    row.expect(sweep.exit_code == 0, f"exit {sweep.exit_code}")
+    row.expect(bool(lost), "no configuration ran on the lost node")
+    row.expect(
+        all(r.status == "FINISHED" and r.node == sweep.head for r in lost), "lost not redone"
+    )
+    row.expect(not sweep.rerun(), "finished configurations ran again")
+    row.expect(sweep.duplicates == 0, "duplicate runs")
+    return row
+
+
 SCENARIOS: list[Callable[[Path], Row]] = [
     worker_sigkill,
     driver_sigkill,
     sigint,
     evaluator_sigkill,
     nan_fit,
+    node_lost,
 ]
 
 

@@ -1,4 +1,5 @@
-"""ray_cluster.yaml against Ray's own cluster-launcher schema."""
+"""The cluster-launcher files against Ray's own schema: ray_cluster.yaml (a shared EFS) and
+ray_cluster_bucket.yaml (nodes that share an S3 bucket only)."""
 
 import copy
 
@@ -10,12 +11,12 @@ from ray.autoscaler._private.util import validate_config
 
 from tests.cli_run import ROOT
 
-CONFIG = ROOT / "ray_cluster.yaml"
+CLUSTER_FILES = ("ray_cluster.yaml", "ray_cluster_bucket.yaml")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> dict:
-    return yaml.safe_load(CONFIG.read_text())
+@pytest.fixture(params=CLUSTER_FILES)
+def cluster(request: pytest.FixtureRequest) -> dict:
+    return yaml.safe_load((ROOT / request.param).read_text())
 
 
 def test_cluster_config_follows_rays_schema(cluster: dict) -> None:
@@ -42,3 +43,14 @@ def test_the_schema_check_can_fail(cluster: dict) -> None:
     broken["available_node_types"]["gpu_worker"]["max_workers"] = "many"
     with pytest.raises(jsonschema.ValidationError):
         validate_config(prepare_config(broken))
+
+
+def test_the_bucket_cluster_mounts_no_shared_disk_and_keeps_artifacts_in_the_bucket() -> None:
+    text = (ROOT / "ray_cluster_bucket.yaml").read_text()
+    cluster = yaml.safe_load(text)
+    commands = [*cluster["setup_commands"], *cluster["head_start_ray_commands"]]
+    assert not any("mount" in c or "efs" in c.lower() for c in commands)
+    server = next(c for c in cluster["head_start_ray_commands"] if "mlflow server" in c)
+    assert "--artifacts-destination s3://" in server and "--serve-artifacts" in server
+    for node in cluster["available_node_types"].values():
+        assert "IamInstanceProfile" in node["node_config"]

@@ -1,10 +1,13 @@
-"""Every solver runs in the backbone's dtype: half-precision backbones (fp16 EDM, bf16 SANA/FLUX)
-get a half-precision endpoint, with no float32 tensor slipping into a rollout."""
+"""Every solver runs in the backbone's dtype and on its device: half-precision backbones (fp16
+EDM, bf16 SANA/FLUX) get a half-precision endpoint, with no float32 tensor slipping into a
+rollout; on the `meta` device (shapes without data) a CPU tensor created inside a rollout, or a
+value read back from the device to branch on, fails as it would cost a copy on a GPU."""
 
 import pytest
 import torch
 
-from spanlift.backbones import load_backbone
+from spanlift.backbones import Backbone, load_backbone
+from spanlift.nowcasting.synthetic import write_synthetic_sevir
 from spanlift.platform.sampling.rollout import rollout
 from spanlift.platform.sampling.teacher import generate_teacher, teacher_for
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
@@ -60,3 +63,41 @@ def test_a_teacher_made_on_demand_leaves_the_backbone_where_it_is(monkeypatch):
     data = teacher_for(solver, endpoints, backbone)
     assert data.states is not None
     assert moves == []
+
+
+EMBEDDED = ("gmm", "digits", "nowcast")
+"""The backbones that ship with their weights (the nowcasting UNet reads its conditioning from a
+small synthetic SEVIR set)."""
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Backbone]:
+    storms = write_synthetic_sevir(
+        tmp_path_factory.mktemp("storms") / "sevir", events=2, seed=0, progress=False
+    )
+    options = {"nowcast": {"data": str(storms)}}
+    return {name: load_backbone(name, **options.get(name, {})).freeze() for name in EMBEDDED}
+
+
+@pytest.mark.parametrize("backbone_name", EMBEDDED)
+def test_every_solver_rolls_out_on_the_backbones_device(embedded, backbone_name):
+    """Parameters, noise and conditioning on `meta`: the endpoint must be there too, for every
+    registered solver (and SpanLift, LD3 over every base)."""
+    source = embedded[backbone_name]
+    cond = source.conditioning(range(2))
+    backbone = source.to("meta")  # the fixture's backbones serve this test alone
+    failures = []
+    for spec in specs():
+        solver = build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+        noise = torch.randn(2, *backbone.shape, device="meta")
+        try:
+            with torch.no_grad():
+                out = rollout(solver.to("meta"), backbone, noise, on_meta(cond))
+            assert out.device.type == "meta" and out.shape == noise.shape
+        except (RuntimeError, AssertionError, NotImplementedError) as exc:
+            failures.append(f"{spec.label()} nfe={spec.nfe}: {str(exc).splitlines()[0]}")
+    assert not failures, "\n".join(failures)
+
+
+def on_meta(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.to("meta")

@@ -48,11 +48,11 @@ def test_a_rollout_check_fails_when_the_endpoint_leaves_the_dtype():
     assert checked("euler", body).status == "FAIL"  # float32 noise into a bfloat16 network
 
 
-def test_a_storage_uri_is_a_failed_check_not_a_folder(tmp_path):
+def test_a_uri_the_product_cannot_write_is_a_failed_check_not_a_folder(tmp_path):
     assert "is writable" in storage_check(str(tmp_path / "runs"), None)
-    outcome = checked("storage", lambda: storage_check("s3://bucket/runs", None))
+    outcome = checked("storage", lambda: storage_check("ftp://host/runs", None))
     assert outcome.status == "FAIL"
-    assert "is a URI" in outcome.detail
+    assert "ftp:// cannot be written" in outcome.detail
 
 
 @pytest.mark.e2e

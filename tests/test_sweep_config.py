@@ -1,6 +1,7 @@
 """The sweep YAML schema: the shipped files load, and every kind of bad file names its key."""
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,13 @@ def changed(path: list, value: object) -> dict:
             "evaluation.reference: FID reference",  # neither keyword: a statistics file
         ),
         (changed(["evaluation"], {"samples": 0}), "evaluation.samples: expected a positive"),
-        (changed(["storage"], "s3://bucket/runs"), "storage: 's3://bucket/runs' is a URI"),
+        (changed(["storage"], "ftp://host/runs"), "storage: storage 'ftp://host/runs': ftp://"),
+        (changed(["storage"], "s3://"), "storage: storage 's3://' names no bucket"),
+        (
+            changed(["resources"], {"worker_gpu": 1.5}),
+            "resources.worker_gpu: expected a fraction of one GPU (0 < x ≤ 1) or a whole number",
+        ),
+        (changed(["resources"], {"evaluator_gpu": 0}), "resources.evaluator_gpu: expected a pos"),
         ({k: v for k, v in VALID.items() if k != "experiment"}, "experiment: expected a value"),
         (["not", "a", "mapping"], "top level: expected a mapping"),
     ],
@@ -252,12 +259,38 @@ def test_a_tpe_trial_keeps_its_entrys_schedule():
 def test_a_storage_uri_on_the_command_line_is_refused_before_anything_is_written(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """`--storage s3://…` once wrote everything into a local folder named `s3:` and exited 0."""
+    """`--storage s3://…` once wrote everything into a local folder named `s3:` and exited 0;
+    a URI the product cannot write is refused before anything is written."""
     from spanlift.platform.sweep.driver import run_sweep
 
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(VALID, sort_keys=False))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SettingsError, match="'gs://bucket/runs' is a URI"):
-        run_sweep(path, storage="gs://bucket/runs", tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    with pytest.raises(SettingsError, match="ftp:// cannot be written"):
+        run_sweep(path, storage="ftp://host/runs", tracking_uri=f"sqlite:///{tmp_path}/m.db")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]
+
+
+def test_resources_give_train_workers_their_gpu_share() -> None:
+    resources = parse_sweep(
+        {**VALID, "resources": {"worker_gpu": 0.25, "use_gpu": True, "worker_cpu": 2}}, "x.yaml"
+    ).resources
+    assert resources.per_worker() == {"CPU": 2.0, "GPU": 0.25}
+    assert replace(resources, use_gpu=False).per_worker() == {"CPU": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "evaluators", "expected"),
+    [
+        (0, 1, False),  # no GPU: CPUs
+        (1, 1, True),  # 0.25 per fit + 0.5 for the evaluator: packed on one GPU
+        (1, 2, False),  # two half-GPU evaluators and a fit's quarter need 1.25
+        (2, 2, True),
+    ],
+)
+def test_auto_packs_gpu_shares_when_they_fit(gpus: float, evaluators: int, expected: bool) -> None:
+    resources = parse_sweep(
+        {**VALID, "resources": {"worker_gpu": 0.25, "evaluator_gpu": 0.5}}, "x.yaml"
+    ).resources
+    assert resources.use_gpu == "auto"
+    assert resources.uses_gpus(gpus, evaluators) is expected

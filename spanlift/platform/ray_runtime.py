@@ -8,6 +8,7 @@ address (`auto` or `ray://...`) it joins that cluster as it is configured.
 
 import logging
 import os
+import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +35,15 @@ class TrialBundle:
     workers: int
     worker_cpu: float
     use_gpu: bool
+    worker_gpu: float = 1.0
 
     @property
     def cpus(self) -> float:
         return self.trial_cpu + self.workers * self.worker_cpu
 
     @property
-    def gpus(self) -> int:
-        return self.workers if self.use_gpu else 0
+    def gpus(self) -> float:
+        return self.workers * self.worker_gpu if self.use_gpu else 0
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,11 @@ def start_ray(
     if address:
         if num_cpus is not None:
             print(f"spanlift: joining the Ray cluster at {address}; --num-cpus is for a local Ray")
-        ray.init(address=address, **console)
+        check_reachable(address)
+        try:
+            ray.init(address=address, **console)
+        except ConnectionError as exc:  # `auto` with no cluster on this machine, say
+            raise SettingsError(f"Ray cluster {address}: {str(exc).splitlines()[0]}") from None
         return
     os.environ.update(LOCAL_AUTH)
     ray.init(
@@ -93,6 +99,29 @@ def start_ray(
         _system_config=LOCAL_SYSTEM_CONFIG,
         **console,
     )
+
+
+REACH_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """Refuse at once a cluster address (`host:port`, `ray://host:port`) that nothing answers
+    at: Ray itself would wait minutes for its head. `auto` is left to Ray, which finds the
+    cluster this machine belongs to or says there is none."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise SettingsError(
+            f"Ray cluster address {address!r}: expected host:port, ray://host:port or auto"
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SettingsError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start its head "
+            "(`ray start --head`) or pass the address it printed"
+        ) from None
 
 
 def ray_temp_dir(workdir: Path) -> Path:
@@ -124,21 +153,28 @@ def check_fits(bundle: TrialBundle, reserved: Reserved, local: bool) -> int:
     gpus = available.get("GPU", 0.0) - reserved.count * reserved.gpus
     held = f"the cluster has {cpus:g} beside the sweep's {reserved.describe()}"
     problems = []
-    if bundle.cpus > cpus + 1e-9:
+    if gpus < -1e-9:
+        problems.append(
+            f"the sweep's {reserved.describe()} need {reserved.count * reserved.gpus:g} GPUs but "
+            f"the cluster has {available.get('GPU', 0.0):g}"
+        )
+    elif bundle.cpus > cpus + 1e-9:
         problems.append(
             f"{bundle.cpus:g} CPUs per trial (trial_cpu {bundle.trial_cpu:g} + {bundle.workers} "
             f"workers × worker_cpu {bundle.worker_cpu:g}) but {held}"
         )
-    if bundle.gpus > gpus:
+    if bundle.gpus > max(gpus, 0) + 1e-9:
         problems.append(
-            f"{bundle.gpus} GPUs per trial ({bundle.workers} workers with use_gpu) but "
+            f"{bundle.gpus:g} GPUs per trial ({bundle.workers} workers × worker_gpu "
+            f"{bundle.worker_gpu:g}) but "
             f"the cluster has {gpus:g} beside the sweep's {reserved.describe()}"
         )
     if problems and local:
         raise SettingsError(
             "resources: a trial cannot be placed: " + "; ".join(problems) + ". Lower "
-            "resources.workers, resources.worker_cpu, resources.evaluator_cpu or "
-            "evaluation.evaluators, or set use_gpu: false"
+            "resources.workers, resources.worker_cpu, resources.worker_gpu, "
+            "resources.evaluator_cpu, resources.evaluator_gpu or evaluation.evaluators, or set "
+            "use_gpu: false"
         )
     if problems:
         print(f"spanlift: waiting for the autoscaler: {'; '.join(problems)}")

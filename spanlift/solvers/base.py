@@ -79,6 +79,9 @@ class Solver(nn.Module):
         super().__init__()
         self.grid = as_grid(sigmas)
         self.afs = afs
+        self.ends_at_zero = bool(self.grid()[-1] == 0)
+        """Whether the last step lands on σ = 0: fixed when built (every grid keeps its ends), and
+        kept on the host, so a rollout branches on it without reading the device."""
 
     @classmethod
     def build(cls, sigmas: Tensor | Grid, channels: int, **settings: Any) -> "Solver":
@@ -106,7 +109,7 @@ class Solver(nn.Module):
 
     @property
     def nfe(self) -> int:
-        return self.nfe_for_steps(self.num_steps, {"afs": self.afs}, bool(self.sigmas[-1] == 0))
+        return self.nfe_for_steps(self.num_steps, {"afs": self.afs}, self.ends_at_zero)
 
     def sigma(self, i: int, like: Tensor) -> Tensor:
         """σ_i in `like`'s dtype."""

@@ -44,7 +44,9 @@ class DPMSolverPP(Solver):
         self.lower_order_final = lower_order_final
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
-        order = order_at(i, self.sigmas, self.buffer_size, self.lower_order_final)
+        order = order_at(
+            i, self.num_steps, self.ends_at_zero, self.buffer_size, self.lower_order_final
+        )
         lam = [half_logsnr(self.sigma(i + 1 - k, x)) for k in range(order + 1)]  # λ_{i+1}, λ_i, …
         h = lam[0] - lam[1]
         phi_1 = torch.expm1(-h)

@@ -66,7 +66,7 @@ class UniPC(Solver):
 
     def _terms(self, i: int, history: History, newest: int) -> tuple[Tensor, Tensor, Tensor, list]:
         """Coefficients and differences D1_k of the step i → i+1; history[newest] is point i."""
-        order = order_at(i, self.sigmas, self.order, self.lower_order_final)
+        order = order_at(i, self.num_steps, self.ends_at_zero, self.order, self.lower_order_final)
         lam = half_logsnr(self.sigmas[i + 1 - order : i + 2].flip(0))  # λ_{i+1}, λ_i, …, λ_{i−p+1}
         h = lam[0] - lam[1]
         rks = torch.cat([(lam[2:] - lam[1]) / h, lam.new_ones(1)])

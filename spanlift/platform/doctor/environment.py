@@ -67,14 +67,17 @@ def writable(folder: Path) -> None:
 
 
 def storage_check(storage: str | None, sweep: Path | None) -> str:
-    """The storage folder of `--storage`, else of the sweep file, can be written."""
-    from spanlift.platform.sweep.config import DEFAULT_STORAGE, check_storage, load_sweep
+    """The storage of `--storage`, else of the sweep file, can be written: a folder, or a bucket
+    that exists and takes a probe object."""
+    from spanlift.platform.storage import open_storage
+    from spanlift.platform.sweep.config import DEFAULT_STORAGE, load_sweep
 
     if storage is None and sweep is not None:
         storage = load_sweep(sweep).storage
-    folder = Path(check_storage(storage or DEFAULT_STORAGE)).resolve()
-    writable(folder)
-    return f"{folder} is writable"
+    opened = open_storage(storage or DEFAULT_STORAGE)
+    if not opened.remote:
+        writable(opened.local)
+    return f"{opened.uri} is writable"
 
 
 def sweep_check(sweep: Path | None) -> str:

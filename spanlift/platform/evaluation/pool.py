@@ -7,6 +7,8 @@ scoring, FID, LPIPS); `spanlift eval` starts them for one evaluation. Shards go 
 round-robin; the driver merges the states as they arrive (`states.py`), so every metric is the
 same for 1 or N actors. An actor whose process dies is restarted by Ray and its shards retried
 (`RESTARTS`); a shard's task returns one result however often it ran, so each is merged once.
+With a sweep stored in a bucket, an actor fetches the files a call names (a checkpoint, a teacher
+entry) into its node's mirror of the bucket before the call.
 """
 
 import math
@@ -15,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,7 @@ from spanlift.backbones.loaded import backbone_loads
 from spanlift.errors import SpanliftError
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.states import merge_states
+from spanlift.platform.storage import Storage
 from spanlift.solvers import SolverSpec
 
 SHARDS_PER_ACTOR = 4
@@ -49,14 +53,17 @@ class Answer:
 class EvaluatorActor:
     """The body of an evaluator actor: `run(method, *args)` calls its `Evaluator`."""
 
-    def __init__(self, setup: EvaluatorSetup) -> None:
-        self.setup = setup
+    def __init__(self, setup: EvaluatorSetup, storage: Storage | None = None) -> None:
+        self.setup, self.storage = setup, storage
 
     @cached_property
     def evaluator(self) -> Evaluator:
         return Evaluator(self.setup)
 
     def run(self, method: str, *args: Any) -> Answer:
+        for arg in args:
+            if self.storage and isinstance(arg, Path):
+                self.storage.fetch_stored(arg)
         before = backbone_loads()
         value = getattr(self.evaluator, method)(*args)
         return Answer(value, backbone_loads() - before)
@@ -136,10 +143,16 @@ class EvaluatorPool:
 
 
 def start_evaluators(
-    setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
+    setup: EvaluatorSetup,
+    count: int,
+    cpus: float,
+    gpus: float = 0,
+    storage: Storage | None = None,
+    **options: Any,
 ) -> EvaluatorPool:
-    """`count` evaluator actors, each holding `cpus` CPUs and `gpus` GPUs while it lives and
-    restarted when it dies; `options` go to Ray (a scheduling strategy, say)."""
+    """`count` evaluator actors, each holding `cpus` CPUs and `gpus` GPUs (a fraction shares a
+    GPU) while it lives and restarted when it dies, fetching what calls name from `storage`;
+    `options` go to Ray (a scheduling strategy, say)."""
     remote = ray.remote(EvaluatorActor).options(
         num_cpus=cpus,
         num_gpus=gpus,
@@ -147,15 +160,20 @@ def start_evaluators(
         max_task_retries=RESTARTS,
         **options,
     )
-    return EvaluatorPool(setup, [remote.remote(setup) for _ in range(count)])
+    return EvaluatorPool(setup, [remote.remote(setup, storage) for _ in range(count)])
 
 
 @contextmanager
 def running_evaluators(
-    setup: EvaluatorSetup, count: int, cpus: float, gpus: float = 0, **options: Any
+    setup: EvaluatorSetup,
+    count: int,
+    cpus: float,
+    gpus: float = 0,
+    storage: Storage | None = None,
+    **options: Any,
 ) -> Iterator[EvaluatorPool]:
     """Evaluator actors for the duration of a `with` block; killed on the way out, error or not."""
-    pool = start_evaluators(setup, count, cpus, gpus, **options)
+    pool = start_evaluators(setup, count, cpus, gpus, storage, **options)
     try:
         yield pool
     finally:

@@ -6,14 +6,18 @@ The fit key is the configuration's (`Configuration.fit_key`: backbone, training 
 settings, solver spec), so a changed fit is never served old weights, and the code version keeps
 another version's weights out unless reuse across versions is asked for. A SpanLift that needs a
 fitted base gets it from the same cache, fitted first if missing (the paper's two-stage fit).
+With a bucket storage, `folder` is the bucket's local copy: a kept fit missing here is fetched
+from the bucket, a new one published.
 """
 
+import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from spanlift.platform.configuration import Configuration, code_version
+from spanlift.platform.storage import Storage
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint
 from spanlift.solvers.loading import SigmaRange, build, is_learnable, on_fitted_base
 
@@ -29,10 +33,16 @@ class Fitted:
     losses: tuple[float, ...] = ()  # the loss at each iteration of the (last) fit
     validation: dict[int, float] = field(default_factory=dict)  # held-out loss by iteration
     best_iteration: int | None = None  # the iteration whose state was kept
+    gpu: dict[str, float] = field(default_factory=dict)  # GPU memory peak and use of the fit
 
     @classmethod
     def from_checkpoint(
-        cls, solver: Solver, path: Path, seconds: float = 0.0, resumed_from: int = 0
+        cls,
+        solver: Solver,
+        path: Path,
+        seconds: float = 0.0,
+        resumed_from: int = 0,
+        gpu: dict[str, float] | None = None,
     ) -> "Fitted":
         """`solver` with the weights saved in `path`, its curves read from the metadata."""
         saved = read_checkpoint(path)
@@ -46,6 +56,7 @@ class Fitted:
             tuple(metadata.get("losses", [])),
             dict(metadata.get("validation", {})),
             metadata.get("best_iteration"),
+            dict(gpu or {}),
         )
 
     @property
@@ -55,7 +66,12 @@ class Fitted:
 
     def metrics(self) -> dict[str, float]:
         kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
-        return {"fit_seconds": self.seconds, "fit_resumed_from": float(self.resumed_from), **kept}
+        return {
+            "fit_seconds": self.seconds,
+            "fit_resumed_from": float(self.resumed_from),
+            **kept,
+            **self.gpu,
+        }
 
     def histories(self) -> dict[str, Any] | None:
         """The train loss per iteration and the validation loss where it was measured."""
@@ -75,6 +91,8 @@ class FitCache:
     folder: Path
     template: Configuration
     reuse_across_versions: bool = False
+    storage: Storage | None = None
+    """The storage `folder` mirrors (None: the folder alone)."""
 
     def path(self, spec: SolverSpec, version: str | None = None) -> Path:
         """Where the fitted `spec` is kept (`version` `*`: any code version's)."""
@@ -84,11 +102,24 @@ class FitCache:
     def find(self, spec: SolverSpec) -> Path | None:
         """A kept fit of `spec`: this code version's, or any version's when reuse is allowed."""
         path = self.path(spec)
-        if path.exists():
+        if self.present(path):
             return path
         if not self.reuse_across_versions:
             return None
-        return next(iter(sorted(self.folder.glob(self.path(spec, "*").name))), None)
+        pattern = self.path(spec, "*").name
+        names = (
+            self.storage.names(self.folder)
+            if self.storage
+            else [p.name for p in self.folder.glob("*")]
+        )
+        found = sorted(name for name in names if fnmatch.fnmatch(name, pattern))
+        return next(
+            (self.folder / name for name in found if self.present(self.folder / name)), None
+        )
+
+    def present(self, path: Path) -> bool:
+        """Whether the checkpoint is on this node, fetched from the storage if it is only there."""
+        return self.storage.fetch(path) if self.storage else path.exists()
 
     def fitted(self, spec: SolverSpec, backbone: SigmaRange, fit_one: FitOne) -> Fitted:
         """`spec` built once and fitted if it has parameters (base first): taken from the cache,
@@ -110,4 +141,6 @@ class FitCache:
             return Fitted.from_checkpoint(solver, cached, base_seconds)
         self.folder.mkdir(parents=True, exist_ok=True)
         fitted = fit_one(solver, self.path(spec))
+        if self.storage:
+            self.storage.publish(fitted.path)
         return replace(fitted, seconds=base_seconds + fitted.seconds)

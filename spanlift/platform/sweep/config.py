@@ -7,7 +7,6 @@ See `sweeps/digits_nfe.yaml` for a commented example of every section.
 
 import itertools
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from spanlift.errors import SettingsError, SpanliftError
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
+from spanlift.platform.storage import check_storage, is_uri
 from spanlift.platform.tracking.metrics import check_search_metric
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
 from spanlift.solvers.schedules import EDM_SIGMA_MAX, EDM_SIGMA_MIN, SCHEDULES
@@ -72,7 +72,11 @@ class Resources:
     workers: int = 1
     worker_cpu: float = 0.9
     use_gpu: bool | str = "auto"
-    """True, False, or "auto": GPUs when the cluster has one per worker at sweep start."""
+    """True, False, or "auto": GPUs when the cluster has `worker_gpu` per worker and
+    `evaluator_gpu` per evaluator at sweep start."""
+    worker_gpu: float = 1.0
+    """GPUs each Train worker holds when the sweep uses GPUs: a fraction (0.25) lets several
+    small-solver fits share one GPU."""
     max_failures: int = 2
     evaluator_cpu: float | None = None
     """CPUs each of the sweep's evaluator actors holds for the whole sweep; None: as a worker."""
@@ -82,6 +86,19 @@ class Resources:
     @property
     def evaluator_cpus(self) -> float:
         return self.evaluator_cpu or self.worker_cpu
+
+    def uses_gpus(self, gpus: float, evaluators: int) -> bool:
+        """`use_gpu` resolved on a cluster with `gpus` GPUs: "auto" packs the Train workers'
+        and the evaluators' shares when they all fit (workers × worker_gpu + evaluators ×
+        evaluator_gpu ≤ gpus)."""
+        if self.use_gpu != "auto":
+            return bool(self.use_gpu)
+        wanted = self.workers * self.worker_gpu + evaluators * self.evaluator_gpu
+        return gpus > 0 and gpus >= wanted - 1e-9
+
+    def per_worker(self) -> dict[str, float]:
+        """Ray resources of one Train worker (ScalingConfig.resources_per_worker)."""
+        return {"CPU": self.worker_cpu, **({"GPU": self.worker_gpu} if self.use_gpu else {})}
 
 
 @dataclass(frozen=True)
@@ -204,20 +221,6 @@ class _Reader:
         if value <= 0:
             self.fail(key, value, "a positive number")
         return float(value)
-
-
-URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def check_storage(storage: str) -> str:
-    """`storage` if it names a folder (local, or a file system every node mounts, e.g. EFS);
-    a URI such as s3:// or gs:// is refused rather than written as a local folder of that name."""
-    if URI_SCHEME.match(storage):
-        raise SettingsError(
-            f"{storage!r} is a URI; sweeps are stored in a folder (local, or a shared file "
-            "system mounted on every node); bucket URIs are not supported"
-        )
-    return storage
 
 
 def _checked(reader: _Reader, key: str, check: Any) -> None:
@@ -410,6 +413,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         "max_failures",
         "evaluator_cpu",
         "evaluator_gpu",
+        "worker_gpu",
     )
     resources = _resources(res)
     tracking = r.child("tracking", {})
@@ -434,9 +438,16 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         resources=resources,
         evaluation=evaluation,
         tracking_uri=_tracking_uri(tracking.get("uri", str, None), folder),
-        storage=str((folder / storage).resolve()) if storage else DEFAULT_STORAGE,
+        storage=stored_at(storage, folder),
         source=source,
     )
+
+
+def stored_at(storage: str | None, folder: Path) -> str:
+    """The file's `storage`: a bucket URI as written, a folder relative to the file's folder."""
+    if not storage:
+        return DEFAULT_STORAGE
+    return storage if is_uri(storage) else str((folder / storage).resolve())
 
 
 def _teacher(t: _Reader) -> TeacherConfig:
@@ -459,14 +470,24 @@ def _resources(res: _Reader) -> Resources:
     """The `resources:` section; what it leaves out is Resources' default."""
     defaults = Resources()
     return Resources(
-        res.positive_number("trial_cpu", defaults.trial_cpu),
-        res.positive_int("workers", defaults.workers),
-        res.positive_number("worker_cpu", defaults.worker_cpu),
-        _use_gpu(res),
-        res.get("max_failures", int, defaults.max_failures),
-        res.positive_number("evaluator_cpu") if "evaluator_cpu" in res.data else None,
-        res.positive_number("evaluator_gpu", defaults.evaluator_gpu),
+        trial_cpu=res.positive_number("trial_cpu", defaults.trial_cpu),
+        workers=res.positive_int("workers", defaults.workers),
+        worker_cpu=res.positive_number("worker_cpu", defaults.worker_cpu),
+        use_gpu=_use_gpu(res),
+        worker_gpu=_gpu_share(res, "worker_gpu", defaults.worker_gpu),
+        max_failures=res.get("max_failures", int, defaults.max_failures),
+        evaluator_cpu=res.positive_number("evaluator_cpu") if "evaluator_cpu" in res.data else None,
+        evaluator_gpu=_gpu_share(res, "evaluator_gpu", defaults.evaluator_gpu),
     )
+
+
+def _gpu_share(res: _Reader, key: str, default: float) -> float:
+    """GPUs a worker or evaluator holds: a fraction of one (0 < x ≤ 1) or a whole number, the
+    amounts Ray can place."""
+    value = res.positive_number(key, default)
+    if value > 1 and not value.is_integer():
+        res.fail(key, value, "a fraction of one GPU (0 < x ≤ 1) or a whole number of GPUs")
+    return value
 
 
 def load_sweep(path: str | Path) -> SweepConfig:

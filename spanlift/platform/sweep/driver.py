@@ -25,8 +25,16 @@ from ray.tune.search.optuna import OptunaSearch
 
 from spanlift.platform.configuration import digest
 from spanlift.platform.evaluation.pool import running_evaluators
-from spanlift.platform.ray_runtime import Reserved, TrialBundle, check_fits, ray_address, start_ray
-from spanlift.platform.sweep.config import SweepConfig, check_storage, load_sweep
+from spanlift.platform.ray_runtime import (
+    Reserved,
+    TrialBundle,
+    check_fits,
+    check_reachable,
+    ray_address,
+    start_ray,
+)
+from spanlift.platform.storage import Storage, open_storage
+from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.progress import (
     console_settings,
     log_ray_to_file,
@@ -116,11 +124,16 @@ def make_tuner(
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, context=context), {"cpu": config.resources.trial_cpu}
     )
-    path = context.root / TUNE_NAME
+    where = context.store.ray_storage(TUNE_NAME)
     searcher, samples = SEARCHERS[config.algorithm](config)
     console = console_settings(verbose, config, samples, concurrency)
     if resume:
-        tuner = tune.Tuner.restore(str(path), trainable, resume_errored=True)
+        tuner = tune.Tuner.restore(
+            where["storage_path"],
+            trainable,
+            resume_errored=True,
+            storage_filesystem=where.get("storage_filesystem"),
+        )
         restore_console(tuner, console)
         return tuner
     return tune.Tuner(
@@ -135,26 +148,39 @@ def make_tuner(
         ),
         run_config=tune.RunConfig(
             name=TUNE_NAME,
-            storage_path=str(context.root),
+            **context.store.ray_storage(""),
             failure_config=tune.FailureConfig(max_failures=config.resources.max_failures),
             **console,
         ),
     )
 
 
-def sweep_root(config: SweepConfig, storage: str | None) -> Path:
-    """`<storage>/<experiment>`: the command line's storage folder, else the sweep file's."""
-    return Path(check_storage(storage) if storage else config.storage).resolve() / config.experiment
+def sweep_storage(config: SweepConfig, storage: str | None) -> Storage:
+    """`<storage>/<experiment>`: the command line's storage (a folder or a bucket URI), else the
+    sweep file's; a bucket is checked to exist and be writable before anything runs."""
+    return open_storage(storage or config.storage).child(config.experiment)
+
+
+def sync_sweep_state(store: Storage, config: SweepConfig, resume: bool, restart: bool) -> bool:
+    """`check_restart` on the storage's Tune state and sweep file: with a bucket, this node's
+    copy is refreshed from the bucket first, and what it decides is written back. Returns
+    whether there is a Tune state to restore."""
+    root = store.local
+    store.refresh(root / TUNE_NAME)
+    store.fetch(root / SWEEP_FILE)
+    restore = check_restart(root, config, resume, restart)
+    if restart:
+        store.remove(root / TUNE_NAME)
+    store.publish(root / SWEEP_FILE)
+    return restore
 
 
 def with_gpu_choice(config: SweepConfig) -> SweepConfig:
-    """Resolve `use_gpu: auto`: GPUs when the cluster has one for each Train worker besides the
-    evaluators' share."""
+    """Resolve `use_gpu: auto` on the running cluster (`Resources.uses_gpus`)."""
     r = config.resources
     if r.use_gpu != "auto":
         return config
-    gpus = ray.cluster_resources().get("GPU", 0)
-    use_gpu = gpus > 0 and gpus >= r.workers + config.evaluation.evaluators * r.evaluator_gpu
+    use_gpu = r.uses_gpus(ray.cluster_resources().get("GPU", 0), config.evaluation.evaluators)
     return replace(config, resources=replace(r, use_gpu=use_gpu))
 
 
@@ -183,7 +209,11 @@ def run_sweep(
     # is checked in the sweep file (`check_search_metric`) and in each trial's last report.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     config = load_sweep(path)
-    root = sweep_root(config, storage)
+    store = sweep_storage(config, storage)
+    root = store.local
+    address = ray_address(address)
+    if address:
+        check_reachable(address)  # before anything is written
     uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
     stages.configurations = expected_configurations(config)
     stages.begin(
@@ -191,11 +221,10 @@ def run_sweep(
         f"{stages.configurations} configurations of sweep {config.experiment} will be recorded at {uri}",
     )
     experiment_id(connect(uri), config.experiment, create=True)
-    restore = check_restart(root, config, resume, restart)
+    restore = sync_sweep_state(store, config, resume, restart)
     stages.resumable = True
     if not verbose:
         log_ray_to_file(root)
-    address = ray_address(address)
     where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
     stages.begin(where, "" if address else f"its logs: {root / 'ray-logs'}")
     start_ray(address, root, num_cpus, verbose=verbose)
@@ -205,23 +234,35 @@ def run_sweep(
         config.evaluation.evaluators, r.evaluator_cpus, r.evaluator_gpu if r.use_gpu else 0
     )
     concurrency = check_fits(
-        TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu), evaluators, address is None
+        TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu, r.worker_gpu),
+        evaluators,
+        address is None,
     )
     t = config.teacher
     seeds = t.train_samples + t.test_samples
     stages.begin(
         "preparing the teacher", f"{t.solver.label()} nfe={t.solver.nfe} on {seeds} seeds, cached"
     )
-    teachers = prepare_teachers(config, root / "teacher")
+    teachers = prepare_teachers(config, store.child("teacher"))
     runs = ConfigurationRuns(uri, config.experiment)
     tags = source_tags(f"spanlift sweep {path}")
     parent = open_sweep_run(runs, config, root, tags)
     try:
         stages.begin("starting the evaluators", evaluators.describe())
         setup = evaluator_setup(config, root)
-        with running_evaluators(setup, evaluators.count, evaluators.cpus, evaluators.gpus) as pool:
+        with running_evaluators(
+            setup, evaluators.count, evaluators.cpus, evaluators.gpus, store
+        ) as pool:
             context = SweepContext(
-                config, root, teachers, uri, parent, reuse_across_versions, tags, tuple(pool.actors)
+                config,
+                root,
+                teachers,
+                uri,
+                parent,
+                reuse_across_versions,
+                tags,
+                tuple(pool.actors),
+                store,
             )
             stages.begin(
                 "running the configurations", f"{stages.configurations}, {concurrency} at a time"
@@ -232,6 +273,8 @@ def run_sweep(
         raise
     summary = summarize(config, root, uri, results, start, teachers.generated)
     (root / "summary.json").write_text(summary.to_json())
+    for name in (SWEEP_FILE, "summary.json"):
+        store.publish(root / name)
     close_sweep_run(runs, parent, summary, root)
     return summary
 

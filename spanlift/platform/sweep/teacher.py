@@ -2,7 +2,8 @@
 
 The seeds are cut into chunks; each Ray task loads the backbone and runs the teacher solver on its
 chunk (on a GPU when the task was given one). The driver gathers the endpoints under a progress
-bar and writes the usual verified cache entry under the sweep's storage path. Trials only read it.
+bar and writes the usual verified cache entry under the sweep's storage (published to its bucket
+when it is one, for trials on any node to fetch). Trials only read it.
 Trajectory-supervised solvers of the grid (AMED, EPD) also get an entry of the training seeds with
 the teacher's states at their grid σ, one per distinct grid, made the same way.
 """
@@ -30,6 +31,7 @@ from spanlift.platform.sampling.teacher import (
     teacher_key,
     write_teacher,
 )
+from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.config import SweepConfig
 from spanlift.seeds import TEST_SEED_OFFSET
 from spanlift.solvers import SolverSpec
@@ -131,17 +133,18 @@ def trajectory_requests(config: SweepConfig, backbone: Backbone) -> set[tuple[fl
     return {s for spec in config.trials() if (s := supervision_sigmas(build(spec, backbone)))}
 
 
-def prepare_teachers(config: SweepConfig, cache_dir: Path) -> SweepTeachers:
-    """The sweep's train and test teacher entries under `cache_dir`.
+def prepare_teachers(config: SweepConfig, storage: Storage) -> SweepTeachers:
+    """The sweep's train and test teacher entries in `storage` (paths in its local folder).
 
     Whatever is missing is generated in one parallel pass over the union of the missing seeds.
     """
     backbone, teacher = load_backbone(config.backbone, **config.backbone_options), config.teacher
+    cache_dir = storage.local
     entries = {
         teacher_folder(cache_dir, backbone, teacher.solver, seeds): seeds
         for seeds in sweep_seeds(config)
     }
-    missing = {folder: seeds for folder, seeds in entries.items() if not folder.exists()}
+    missing = {folder: seeds for folder, seeds in entries.items() if not storage.exists(folder)}
     resources = ray.cluster_resources()
     workers = int(resources.get("GPU", 0)) or int(resources.get("CPU", 1))
     gpus = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
@@ -156,19 +159,20 @@ def prepare_teachers(config: SweepConfig, cache_dir: Path) -> SweepTeachers:
         for folder, part in missing.items():
             piece = result.subset(slice(start, start + len(part)))
             piece.key = teacher_key(backbone, teacher.solver, part)
-            write_teacher(folder, piece, cache_metadata(backbone, teacher.solver))
+            storage.publish(write_teacher(folder, piece, cache_metadata(backbone, teacher.solver)))
             start += len(part)
     train_seeds = sweep_seeds(config)[0]
     trajectories = {}
     for sigmas in sorted(trajectory_requests(config, backbone)):
         folder = teacher_folder(cache_dir, backbone, teacher.solver, train_seeds, sigmas)
-        if not folder.exists():
+        if not storage.exists(folder):
             missing[folder] = train_seeds
-            write_teacher(
+            written = write_teacher(
                 folder,
                 generate(list(train_seeds), sigmas),
                 cache_metadata(backbone, teacher.solver),
             )
+            storage.publish(written)
         trajectories[sigmas] = folder
     train, test = entries
     return SweepTeachers(train, test, generated=int(bool(missing)), trajectories=trajectories)

@@ -6,6 +6,8 @@ Every rank loads the backbone and the sweep's teacher set, builds the solver and
 with it; after a worker dies, Ray Train restarts
 the group and every rank continues from that state. A diverged fit is reported, not raised, so
 Ray Train does not retry a deterministic failure; the trial turns it into a failed trial.
+A worker fetches what it reads (the teacher entry, a fitted base) from the sweep's storage when it
+is a bucket, and on a GPU reports its memory peak and utilisation with its metrics.
 """
 
 import tempfile
@@ -20,6 +22,8 @@ from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
 from spanlift.platform.fitting.fit import FitSettings, FitState, fit
 from spanlift.platform.sampling.teacher import read_teacher
+from spanlift.platform.storage import Storage
+from spanlift.platform.sweep.gpu_telemetry import GpuTelemetry
 from spanlift.solvers import SolverSpec, build_solver, save_solver
 
 STATE_FILE = "fit_state.pt"
@@ -38,19 +42,23 @@ def fit_worker(config: dict[str, Any]) -> None:
     device = ray.train.torch.get_device()
     backbone = load_backbone(config["backbone"], **config["backbone_options"]).to(device)
     spec = SolverSpec.from_dict(config["spec"])
+    storage: Storage = config["storage"]
+    storage.fetch_stored(spec.settings.get("base_checkpoint"))
+    storage.fetch_stored(config["teacher"])
     solver = build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
     solver = solver.to(device)
     teacher = read_teacher(Path(config["teacher"]))
     resume = load_fit_state(ray.train.get_checkpoint())
     resumed_from = resume["iteration"] if resume else 0
     is_chief = ray.train.get_context().get_world_rank() == 0
+    gpu = GpuTelemetry(torch.device(device))
 
     def report(metrics: dict[str, float], state: FitState | None) -> None:
         # Each ray.train.report waits for the controller to collect it (it polls every ~2 s),
         # so metrics travel only with checkpoints: every `checkpoint_every` iterations.
         if state is None:
             return
-        metrics = {**metrics, "resumed_from": resumed_from}
+        metrics = {**metrics, **gpu.metrics(), "resumed_from": resumed_from}
         if not is_chief:
             ray.train.report(metrics)
             return
@@ -70,7 +78,8 @@ def fit_worker(config: dict[str, Any]) -> None:
 
     settings = FitSettings(**config["fit"])
     try:
-        fit(solver, backbone, teacher, settings, report=report, progress=False, resume=resume)
+        with gpu:
+            fit(solver, backbone, teacher, settings, report=report, progress=False, resume=resume)
     except TrainingDivergedError as exc:
         # Ray Train's result keeps the metrics of the last checkpointed report: attach one.
         metrics = {"diverged": str(exc), "resumed_from": resumed_from}
@@ -81,9 +90,15 @@ def fit_worker(config: dict[str, Any]) -> None:
 
 
 def fit_loop_config(
-    spec: SolverSpec, backbone: str, options: dict, teacher: Path, fit: FitSettings
+    spec: SolverSpec,
+    backbone: str,
+    options: dict,
+    teacher: Path,
+    fit: FitSettings,
+    storage: Storage,
 ) -> dict[str, Any]:
     return {
+        "storage": storage,
         "spec": spec.to_dict(),
         "backbone": backbone,
         "backbone_options": options,

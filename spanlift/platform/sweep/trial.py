@@ -16,11 +16,13 @@ changed fit is never served old weights.
 
 import math
 import shutil
+import socket
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import ray
 from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
@@ -40,6 +42,7 @@ from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.results.tracking import configuration_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.teacher import supervision_sigmas
+from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import SolverEntry, SweepConfig
 from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
 from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
@@ -47,14 +50,16 @@ from spanlift.platform.tracking.runs import CODE_TAG, PARENT_TAG, ConfigurationR
 from spanlift.solvers import Solver, SolverSpec
 from spanlift.solvers.spanlift import SpanLift
 
+NODE_TAG, HOST_TAG = "spanlift.node_id", "spanlift.host"
 TRAIN_CHECKPOINTS_KEPT = 2
 """Ray Train checkpoints kept per fit: the newest to resume from, and one before it."""
 
 
 @dataclass(frozen=True)
 class SweepContext:
-    """What every trial of a sweep shares: its config, folders, teacher sets, tracking store,
-    the sweep's parent MLflow run and whether results of other code versions may be reused."""
+    """What every trial of a sweep shares: its config, storage (`root`: its folder on this node),
+    teacher sets, tracking store, the sweep's parent MLflow run and whether results of other code
+    versions may be reused."""
 
     config: SweepConfig
     root: Path
@@ -64,6 +69,12 @@ class SweepContext:
     reuse_across_versions: bool = False
     tags: dict[str, str] = field(default_factory=dict)
     evaluators: tuple = ()  # the sweep's evaluator actors
+    storage: Storage | None = None  # None: the folder `root`
+
+    @property
+    def store(self) -> Storage:
+        """The sweep's storage: a bucket mirrored at `root`, or the folder `root` itself."""
+        return self.storage or open_storage(str(self.root))
 
     @property
     def fitted(self) -> Path:
@@ -151,11 +162,14 @@ def run_params(result: Configuration, context: SweepContext) -> dict[str, Any]:
 
 
 def run_tags(context: SweepContext) -> dict[str, str]:
-    """Tags of a configuration's run: the sweep, its parent run, the Tune trial, the code."""
+    """Tags of a configuration's run: the sweep, its parent run, the Tune trial and the Ray node
+    and host it ran on, the code."""
     return {
         **context.tags,
         "spanlift.sweep": context.config.experiment,
         "spanlift.trial_id": tune.get_context().get_trial_id() or "",
+        NODE_TAG: ray.get_runtime_context().get_node_id(),
+        HOST_TAG: socket.gethostname(),
         CODE_TAG: code_version(),
         **({PARENT_TAG: context.parent_run_id} if context.parent_run_id else {}),
     }
@@ -217,7 +231,7 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
 
 def fit_cache(result: Configuration, context: SweepContext) -> FitCache:
     """The sweep's fitted solvers (`<sweep>/fitted/`), for configurations like `result`."""
-    return FitCache(context.fitted, result, context.reuse_across_versions)
+    return FitCache(context.fitted, result, context.reuse_across_versions, context.store)
 
 
 def fit_on_ray_train(solver: Solver, context: SweepContext, out: Path) -> Fitted:
@@ -230,16 +244,16 @@ def fit_on_ray_train(solver: Solver, context: SweepContext, out: Path) -> Fitted
     trainer = TorchTrainer(
         fit_worker,
         train_loop_config=fit_loop_config(
-            spec, config.backbone, config.backbone_options, teacher, config.fit
+            spec, config.backbone, config.backbone_options, teacher, config.fit, context.store
         ),
         scaling_config=ScalingConfig(
             num_workers=resources.workers,
             use_gpu=resources.use_gpu,
-            resources_per_worker={"CPU": resources.worker_cpu},
+            resources_per_worker=resources.per_worker(),
         ),
         run_config=RunConfig(
             name=f"fit-{out.stem}-{trial_id}",
-            storage_path=str(context.root / "train"),
+            **context.store.ray_storage("train"),
             failure_config=FailureConfig(max_failures=resources.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=TRAIN_CHECKPOINTS_KEPT),
             callbacks=[TuneReportCallback()],
@@ -254,7 +268,8 @@ def fit_on_ray_train(solver: Solver, context: SweepContext, out: Path) -> Fitted
         float(result.metrics["fit_seconds"]),
         int(result.metrics["resumed_from"]),
     )
-    return Fitted.from_checkpoint(solver, out, seconds, resumed_from)
+    gpu = {k: float(v) for k, v in result.metrics.items() if k.startswith("gpu_")}
+    return Fitted.from_checkpoint(solver, out, seconds, resumed_from, gpu)
 
 
 def trial_diagnostics(

@@ -1,0 +1,274 @@
+"""Where a sweep keeps its files: a folder, or a bucket that nodes share through its URI alone.
+
+    storage: runs/sweeps                 a local folder, or a file system every node mounts (EFS)
+    storage: s3://bucket/prefix          S3, or any S3 API (endpoint from $AWS_ENDPOINT_URL)
+    storage: gs://bucket/prefix          Google Cloud Storage
+
+Files are written and read through `pyarrow.fs`, the file-system layer Ray Tune and Train use for
+their own state (`storage_filesystem`). With a bucket, each node works in a node-local mirror of
+the storage (`Storage.local`, the same path on every node) and exchanges whole files through the
+bucket: a finished file is `publish`ed (a folder's `manifest.json` last, so a folder with a
+manifest is complete), and a file a node lacks is `fetch`ed before it is read (into a temporary
+name, then renamed). What the files carry (the teacher shards' SHA-256 in their manifest) is
+verified after the fetch as for a local folder. With a folder, the mirror is the folder itself and
+both are no-ops.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from spanlift.errors import SettingsError
+from spanlift.files import atomic_write
+
+BUCKET_SCHEMES = ("s3", "gs", "gcs")
+"""URI schemes of the buckets a sweep can be stored in (pyarrow's S3 and GCS file systems)."""
+URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+MANIFEST = "manifest.json"
+"""The file of a folder published last: its presence in the bucket means the folder is whole."""
+
+
+def is_uri(storage: str) -> bool:
+    return bool(URI_SCHEME.match(storage))
+
+
+def check_storage(storage: str) -> str:
+    """`storage` if it is a folder or a bucket URI the product can write (s3://, gs://); any other
+    URI is refused rather than written as a local folder of that name."""
+    match = URI_SCHEME.match(storage)
+    if not match:
+        return storage
+    scheme = match.group(1).lower()
+    if scheme not in BUCKET_SCHEMES:
+        raise SettingsError(
+            f"storage {storage!r}: {scheme}:// cannot be written; give a folder (local, or a "
+            "file system mounted on every node), s3://bucket/prefix or gs://bucket/prefix"
+        )
+    if not urlparse(storage).netloc:
+        raise SettingsError(f"storage {storage!r} names no bucket; give {scheme}://bucket/prefix")
+    return storage
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A storage location and this node's working copy of it (see the module docstring)."""
+
+    uri: str
+    """An absolute folder, or a bucket URI."""
+    filesystem: pafs.FileSystem
+    base: str
+    """The location within `filesystem`: `bucket/prefix`, or the folder."""
+    local: Path
+    """Where this node reads and writes the files: the folder, or the bucket's local mirror."""
+
+    @property
+    def remote(self) -> bool:
+        return not isinstance(self.filesystem, pafs.LocalFileSystem)
+
+    def child(self, name: str) -> "Storage":
+        """`<storage>/<name>`."""
+        return Storage(
+            f"{self.uri.rstrip('/')}/{name}",
+            self.filesystem,
+            f"{self.base}/{name}",
+            self.local / name,
+        )
+
+    def remote_path(self, path: Path) -> str:
+        """Where the local `path` (under `local`) lives in the storage."""
+        return f"{self.base}/{Path(path).relative_to(self.local).as_posix()}"
+
+    def ray_storage(self, name: str = "") -> dict:
+        """RunConfig arguments that keep Ray Tune or Train runs in this storage's `name`."""
+        if not self.remote:
+            return {"storage_path": str(self.local / name)}
+        path = f"{self.base}/{name}" if name else self.base
+        return {"storage_path": path, "storage_filesystem": self.filesystem}
+
+    def publish(self, path: Path) -> None:
+        """Upload the finished file or folder at `path` to the storage (a folder's manifest
+        last); nothing to do for a folder storage."""
+        if not self.remote:
+            return
+        path = Path(path)
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for file in sorted(files, key=lambda p: p.name == MANIFEST):
+            pafs.copy_files(
+                str(file),
+                self.remote_path(file),
+                source_filesystem=pafs.LocalFileSystem(),
+                destination_filesystem=self.filesystem,
+            )
+
+    def exists(self, path: Path) -> bool:
+        """Whether the file at `path`, or the whole folder (its manifest), is in the storage."""
+        if not self.remote:
+            return Path(path).exists()
+        target = self.remote_path(path)
+        info = self.filesystem.get_file_info([target, f"{target}/{MANIFEST}"])
+        return info[0].type == pafs.FileType.File or info[1].type == pafs.FileType.File
+
+    def fetch(self, path: Path) -> bool:
+        """Make the file or folder at `path` present on this node, downloading it from the
+        storage when it is missing; False when the storage has none either."""
+        path = Path(path)
+        if path.exists() or not self.remote:
+            return path.exists()
+        target = self.remote_path(path)
+        kind = self.filesystem.get_file_info(target).type
+        if kind == pafs.FileType.File:
+            with atomic_write(path) as partial:
+                download(self.filesystem, target, partial)
+            return True
+        if not self.exists(path):
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+        try:
+            download(self.filesystem, target, partial)
+            try:
+                os.replace(partial, path)
+            except OSError:  # another process of this node fetched it first
+                shutil.rmtree(partial)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return True
+
+    def refresh(self, path: Path) -> None:
+        """Replace this node's copy of the folder at `path` with the storage's (none when the
+        storage has none): state another process may have changed, such as Tune's."""
+        if not self.remote:
+            return
+        shutil.rmtree(path, ignore_errors=True)
+        if self.names(path):
+            Path(path).mkdir(parents=True)
+            download(self.filesystem, self.remote_path(path), Path(path))
+
+    def remove(self, path: Path) -> None:
+        """Delete the folder at `path` from the storage (this node's copy is left alone)."""
+        if self.remote and self.names(path):
+            self.filesystem.delete_dir(self.remote_path(path))
+
+    def fetch_stored(self, path: Path | str | None) -> None:
+        """`fetch` a path of this storage that this node lacks; other paths are left alone."""
+        if path is None or not self.remote:
+            return
+        path = Path(path)
+        if path.is_relative_to(self.local) and not self.fetch(path):
+            raise FileNotFoundError(f"{self.remote_path(path)} is not in the storage {self.uri}")
+
+    def names(self, folder: Path) -> list[str]:
+        """The names of what the storage's `folder` holds (empty when it has nothing)."""
+        if not self.remote:
+            return sorted(p.name for p in Path(folder).glob("*"))
+        selector = pafs.FileSelector(self.remote_path(folder), allow_not_found=True)
+        return sorted(info.base_name for info in self.filesystem.get_file_info(selector))
+
+
+def download(filesystem: pafs.FileSystem, source: str, target: Path) -> None:
+    """Copy the file or folder `source` of `filesystem` to the local `target`."""
+    pafs.copy_files(
+        source,
+        str(target),
+        source_filesystem=filesystem,
+        destination_filesystem=pafs.LocalFileSystem(),
+    )
+
+
+def mirror_folder(uri: str) -> Path:
+    """The node-local mirror of a bucket URI: the same path on every node, e.g.
+    `/tmp/spanlift-storage/s3-bucket-prefix-1a2b3c4d`."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", uri.split("://", 1)[1]).strip("-")[:60]
+    scheme = uri.split("://", 1)[0]
+    tag = hashlib.sha256(uri.encode()).hexdigest()[:8]
+    root = Path(os.environ.get("SPANLIFT_STORAGE_CACHE", Path(tempfile.gettempdir())))
+    return root / "spanlift-storage" / f"{scheme}-{readable}-{tag}"
+
+
+def open_storage(storage: str) -> Storage:
+    """The storage at `storage` (a folder, or a bucket URI checked to exist and be writable);
+    one clear SettingsError when it cannot be used."""
+    check_storage(storage)
+    if not is_uri(storage):
+        folder = Path(storage).expanduser().resolve()
+        return Storage(str(folder), pafs.LocalFileSystem(), str(folder), folder)
+    uri = storage.rstrip("/")
+    check_endpoint(uri)
+    try:
+        filesystem, base = pafs.FileSystem.from_uri(uri)
+    except (OSError, ValueError, pafs.ArrowException) as exc:
+        raise SettingsError(f"storage {uri}: {first_line(exc)}") from None
+    check_writable(uri, filesystem, base.rstrip("/"))
+    return Storage(uri, filesystem, base.rstrip("/"), mirror_folder(uri))
+
+
+def check_endpoint(uri: str) -> None:
+    """A custom S3 endpoint ($AWS_ENDPOINT_URL, e.g. MinIO) that nothing answers is refused at
+    once instead of after the S3 client's retries."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint or not uri.startswith("s3://"):
+        return
+    parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=3).close()
+    except OSError as exc:
+        raise SettingsError(
+            f"storage {uri}: the S3 endpoint {endpoint} ($AWS_ENDPOINT_URL) cannot be reached "
+            f"({exc.strerror or exc})"
+        ) from None
+
+
+PROBLEMS = (
+    ("NO_SUCH_BUCKET", "the bucket does not exist; create it first"),
+    (
+        "ACCESS_DENIED",
+        "access denied: check the credentials (AWS_ACCESS_KEY_ID/…, a profile or "
+        "the node's role; GOOGLE_APPLICATION_CREDENTIALS for gs://)",
+    ),
+    ("HTTP status 403", "access denied: check the credentials"),
+    ("NETWORK_CONNECTION", "the storage service cannot be reached"),
+    (
+        "credentials",
+        "no usable credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
+        "profile or the node's role (GOOGLE_APPLICATION_CREDENTIALS for gs://)",
+    ),
+)
+"""Substrings of the S3/GCS clients' errors and what they mean to a user."""
+
+
+def explain(exc: BaseException) -> str:
+    text = str(exc)
+    for marker, meaning in PROBLEMS:
+        if marker.lower() in text.lower():
+            return f"{meaning} ({first_line(exc)})"
+    return first_line(exc)
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def check_writable(uri: str, filesystem: pafs.FileSystem, base: str) -> None:
+    """The bucket exists and a probe object can be written and removed under `base`."""
+    bucket = base.split("/", 1)[0]
+    probe = f"{base}/.spanlift-probe-{socket.gethostname()}-{os.getpid()}"
+    try:
+        if filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise SettingsError(
+                f"storage {uri}: the bucket {bucket!r} does not exist; create it first"
+            )
+        with filesystem.open_output_stream(probe) as handle:
+            handle.write(b"probe")
+        filesystem.delete_file(probe)
+    except OSError as exc:
+        raise SettingsError(f"storage {uri}: {explain(exc)}") from None
