@@ -35,7 +35,10 @@ def add_sweep_options(sweep: argparse.ArgumentParser) -> None:
         action="store_true",
         help="reuse finished runs and fitted weights made by another version of the code",
     )
-    sweep.add_argument("--storage", help="results folder (default: the YAML's storage)")
+    sweep.add_argument(
+        "--storage",
+        help="results folder, or a bucket: s3://bucket/prefix, gs://… (default: the YAML's storage)",
+    )
     sweep.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
     sweep.add_argument(
         "--verbose",
