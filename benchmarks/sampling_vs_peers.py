@@ -28,6 +28,7 @@ measured call of the network at that batch it gives the ratio the full-size run 
 
     python benchmarks/sampling_vs_peers.py [--nets digits,edm] [--batches 1 64] [--nfe 5 10]
         [--repeats 5] [--edm-batches 1] [--loop-only] [--loop-batch 64] [--tolerance 1e-5]
+        [--threads N]
 """
 
 import argparse
@@ -309,7 +310,10 @@ def main() -> None:
     p.add_argument("--loop-only", action="store_true", help="also time the loops alone")
     p.add_argument("--loop-batch", type=int, default=64)
     p.add_argument("--tolerance", type=float, default=1e-5)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     outcomes = []
     for name in args.nets.split(","):
         batches = args.edm_batches if name == "edm" and args.edm_batches else args.batches

@@ -189,10 +189,12 @@ def generate_teacher(
         batch = noise[start : start + batch_size].to(device)
         batch_cond = None if cond is None else cond[start : start + batch_size].to(device)
         denoiser = conditioned(backbone, batch_cond)
-        path = [backbone.prior(batch), *solver.trajectory(denoiser, backbone.prior(batch))]
-        endpoints.append(path[-1].cpu())
-        if picks:
+        if picks:  # the states at the requested σ: the whole path, x_T first
+            path = [backbone.prior(batch), *solver.trajectory(denoiser, backbone.prior(batch))]
+            endpoints.append(path[-1].cpu())
             states.append(torch.stack([path[j] for j in picks], dim=1).cpu())
+        else:  # the endpoint alone: each state freed once the solver's history lets go of it
+            endpoints.append(solver(denoiser, backbone.prior(batch)).cpu())
         bar.update(len(batch))
     bar.close()
     seeds_t = torch.as_tensor(list(seeds), dtype=torch.int64)
