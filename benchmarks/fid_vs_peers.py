@@ -72,8 +72,11 @@ class UInt8Images(Dataset):
         return self.pixels[i]
 
 
-def torch_fidelity_fid(a: Tensor, b: Tensor, weights: Path) -> tuple[float, float]:
-    """(FID, seconds) of torch-fidelity's `calculate_metrics` on [-1, 1] images a and b."""
+def torch_fidelity_fid(
+    a: Tensor, b: Tensor, weights: Path, save_cpu_ram: bool = False
+) -> tuple[float, float]:
+    """(FID, seconds) of torch-fidelity's `calculate_metrics` on [-1, 1] images a and b;
+    `save_cpu_ram` is its option that reads the images without DataLoader workers."""
     start = time.perf_counter()
     metrics = calculate_metrics(
         input1=UInt8Images(to_uint8_rgb(a)),
@@ -83,6 +86,7 @@ def torch_fidelity_fid(a: Tensor, b: Tensor, weights: Path) -> tuple[float, floa
         feature_extractor="inception-v3-compat",
         feature_extractor_weights_path=str(weights),
         cache=False,
+        save_cpu_ram=save_cpu_ram,
         verbose=False,
     )
     return metrics["frechet_inception_distance"], time.perf_counter() - start

@@ -36,7 +36,7 @@ def role(process: psutil.Process, driver: int) -> str:
     for needle, name in ROLES:
         if needle in line:
             return name
-    return "Ray other" if "ray" in line.lower() else "other"
+    return "Ray other" if "ray::" in line or "/ray/" in line else "other"
 
 
 class MemorySampler:

@@ -32,6 +32,7 @@ measured call of the network at that batch it gives the ratio the full-size run 
 """
 
 import argparse
+import importlib
 import statistics
 import time
 from collections.abc import Callable
@@ -40,7 +41,6 @@ from typing import Any
 
 import torch
 from diffusers import DPMSolverMultistepScheduler, UniPCMultistepScheduler
-from k_diffusion.sampling import sample_dpmpp_2m, sample_euler, sample_heun
 from torch import Tensor
 
 from spanlift.backbones import Backbone, load_backbone
@@ -54,11 +54,13 @@ PeerLoop = Callable[[Denoiser, Tensor, Tensor], Tensor]
 """(denoiser, x at σ_0, σ grid) → the endpoint."""
 
 
-def k_diffusion(sampler: Callable[..., Tensor]) -> PeerLoop:
-    """A k-diffusion sampler on the two-argument denoiser (its model takes σ per sample)."""
+def k_diffusion(sampler: str) -> PeerLoop:
+    """k-diffusion's `sampler` on the two-argument denoiser (its model takes σ per sample);
+    k-diffusion is imported when the loop first runs."""
 
     def run(denoiser: Denoiser, x: Tensor, sigmas: Tensor) -> Tensor:
-        return sampler(denoiser, x, sigmas.to(x.dtype), disable=True)
+        loop = getattr(importlib.import_module("k_diffusion.sampling"), sampler)
+        return loop(denoiser, x, sigmas.to(x.dtype), disable=True)
 
     return run
 
@@ -107,15 +109,15 @@ class Pair:
 
 
 PAIRS = (
-    Pair("Euler", "k-diffusion sample_euler", "euler", "edm", loop=k_diffusion(sample_euler)),
-    Pair("Heun", "k-diffusion sample_heun", "heun", "edm_to_zero", loop=k_diffusion(sample_heun)),
+    Pair("Euler", "k-diffusion sample_euler", "euler", "edm", loop=k_diffusion("sample_euler")),
+    Pair("Heun", "k-diffusion sample_heun", "heun", "edm_to_zero", loop=k_diffusion("sample_heun")),
     Pair(
         "DPM-Solver++(2M)",
         "k-diffusion sample_dpmpp_2m",
         "dpm_solver_pp",
         "edm",
         {"order": 2, "lower_order_final": False},
-        loop=k_diffusion(sample_dpmpp_2m),
+        loop=k_diffusion("sample_dpmpp_2m"),
     ),
     Pair(
         "DPM-Solver++(2M)",
