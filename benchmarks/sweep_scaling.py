@@ -145,22 +145,36 @@ def main() -> None:
             evaluator_rate(n, images, args.num_cpus, Path(folder), args.repeats)
             for n in args.actors
         ]
-        runs = [sweep_wall(n, args.iterations, args.num_cpus) for n in args.sizes]
-    walls = [w for w, _ in runs]
-    base = walls[0] / args.sizes[0]
-    print(
-        f"\n{'configurations':>15}{'finished':>10}{'wall s':>9}{'s / config':>12}{'vs first':>10}"
-    )
-    for n, (wall, done) in zip(args.sizes, runs, strict=True):
-        print(f"{n:>15}{done:>10}{wall:>9.1f}{wall / n:>12.2f}{wall / n / base:>9.2f}×")
+        print_rates(args.actors, rates)
+        walls: list[float] = []
+        for n in args.sizes:  # each size printed and plotted as it finishes
+            wall, done = sweep_wall(n, args.iterations, args.num_cpus)
+            walls.append(wall)
+            print_walls(args.sizes[: len(walls)], walls, [done])
+            plot(args.sizes[: len(walls)], walls, args.actors, rates, args.plot)
+    print(f"plot: {args.plot}")
+
+
+def print_rates(actors: list[int], rates: list[list[float]]) -> None:
     print(f"\n{'actors':>7}{'images/s (median)':>19}{'range':>18}{'vs 1':>7}")
     first = statistics.median(rates[0])
-    for n, record in zip(args.actors, rates, strict=True):
+    for n, record in zip(actors, rates, strict=True):
         median = statistics.median(record)
         spread = f"{min(record):.0f}–{max(record):.0f}"
-        print(f"{n:>7}{median:>19.0f}{spread:>18}{median / first:>6.2f}×")
-    plot(args.sizes, walls, args.actors, rates, args.plot)
-    print(f"plot: {args.plot}")
+        print(f"{n:>7}{median:>19.0f}{spread:>18}{median / first:>6.2f}×", flush=True)
+
+
+def print_walls(sizes: list[int], walls: list[float], finished: list[int]) -> None:
+    """The newest size's line: wall, per configuration and against the smallest size's."""
+    n, wall, base = sizes[-1], walls[-1], walls[0] / sizes[0]
+    if len(walls) == 1:
+        print(
+            f"\n{'configurations':>15}{'finished':>10}{'wall s':>9}{'s / config':>12}{'vs first':>10}"
+        )
+    print(
+        f"{n:>15}{finished[-1]:>10}{wall:>9.1f}{wall / n:>12.2f}{wall / n / base:>9.2f}×",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
