@@ -1,5 +1,7 @@
 """Checkpoints and the teacher cache: round trips, verification, and nothing partial on failure."""
 
+import weakref
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from spanlift.platform.sampling import teacher as teacher_module
 from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.platform.sampling.teacher import (
     DEFAULT_TEACHER,
+    generate_teacher,
     load_or_generate,
     teacher_key,
 )
@@ -125,3 +128,21 @@ def test_noise_depends_only_on_its_seed():
     together = seed_noise([5, 6, 7], (1, 4, 4))
     alone = seed_noise([6], (1, 4, 4))
     assert torch.equal(together[1], alone[0])
+
+
+def test_teacher_keeps_no_earlier_states_without_state_sigmas(gmm, monkeypatch):
+    """Endpoints only: while the teacher rolls out a batch, the states of its earlier steps are
+    freed once its history no longer reads them (not kept to the end of the batch)."""
+    denoise, alive, most = gmm.denoise, [], 0
+
+    def counting(x, sigma, cond=None):
+        nonlocal most
+        alive.append(weakref.ref(x))
+        most = max(most, sum(ref() is not None for ref in alive))
+        return denoise(x, sigma)
+
+    monkeypatch.setattr(gmm, "denoise", counting)
+    teacher = SolverSpec("ipndm", nfe=35, settings={"order": 4})
+    result = generate_teacher(gmm, range(8), teacher, progress=False)
+    assert len(alive) == 35 and result.endpoints.shape == (8, *gmm.shape)
+    assert most <= 6  # iPNDM(4): the states its history of 4 points holds, and the current one

@@ -25,14 +25,24 @@ from spanlift.solvers.grid import FixedGrid, Grid, as_grid
 Denoiser = Callable[[Tensor, Tensor], Tensor]
 
 
-@dataclass
 class Point:
-    """One model evaluation: state x_j at σ_j, its denoised D_j and derivative d_j = (x_j − D_j)/σ_j."""
+    """One model evaluation: state x_j at σ_j, its denoised D_j and derivative d_j = (x_j − D_j)/σ_j.
 
-    sigma: Tensor
-    x: Tensor
-    denoised: Tensor
-    derivative: Tensor
+    d_j is computed when first read (or given, as AFS does): the solvers over logSNR read only
+    D_j, and a rollout's loop should spend no tensor operation its solver does not need.
+    """
+
+    def __init__(
+        self, sigma: Tensor, x: Tensor, denoised: Tensor, derivative: Tensor | None = None
+    ) -> None:
+        self.sigma, self.x, self.denoised = sigma, x, denoised
+        self._derivative = derivative
+
+    @property
+    def derivative(self) -> Tensor:
+        if self._derivative is None:
+            self._derivative = (self.x - self.denoised) / self.sigma
+        return self._derivative
 
 
 History = list[Point]  # newest first: history[0] is the current step
@@ -93,8 +103,10 @@ class Solver(nn.Module):
 
     @property
     def sigmas(self) -> Tensor:
-        """σ_0 … σ_N the solver steps on: its grid's current values (read-only)."""
-        return self.grid()
+        """σ_0 … σ_N the solver steps on: its grid's current values (read-only). Within a
+        rollout, the values read when it began (the grid cannot change during one)."""
+        read = self.__dict__.get("_rollout_grid")
+        return self.grid() if read is None else read[None]
 
     @classmethod
     def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
@@ -112,8 +124,13 @@ class Solver(nn.Module):
         return self.nfe_for_steps(self.num_steps, {"afs": self.afs}, self.ends_at_zero)
 
     def sigma(self, i: int, like: Tensor) -> Tensor:
-        """σ_i in `like`'s dtype."""
-        return self.sigmas[i].to(like.dtype)
+        """σ_i in `like`'s dtype (within a rollout, from the grid cast once per dtype)."""
+        read = self.__dict__.get("_rollout_grid")
+        if read is None:
+            return self.sigmas[i].to(like.dtype)
+        if like.dtype not in read:
+            read[like.dtype] = read[None].to(like.dtype)
+        return read[like.dtype][i]
 
     def step_size(self, i: int, like: Tensor) -> Tensor:
         return self.sigma(i + 1, like) - self.sigma(i, like)
@@ -128,12 +145,10 @@ class Solver(nn.Module):
         if i == 0 and self.afs:
             d = x / (1 + sigma**2).sqrt()
             return Point(sigma, x, x - sigma * d, d)
-        denoised = denoiser(x, self.query_sigma(i, x))
-        return Point(sigma, x, denoised, (x - denoised) / sigma)
+        return Point(sigma, x, denoiser(x, self.query_sigma(i, x)))
 
     def evaluate_at(self, denoiser: Denoiser, x: Tensor, sigma: Tensor) -> Point:
-        denoised = denoiser(x, sigma)
-        return Point(sigma, x, denoised, (x - denoised) / sigma)
+        return Point(sigma, x, denoiser(x, sigma))
 
     @abstractmethod
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
@@ -153,14 +168,19 @@ class Solver(nn.Module):
         super()._load_from_state_dict(state, prefix, *args)
 
     def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
-        """The rollout from x at σ_max, one step at a time."""
+        """The rollout from x at σ_max, one step at a time. The grid is read once, at the start
+        (a solver's per-step arithmetic on σ is otherwise mostly reading it again)."""
         history: History = []
-        for i in range(self.num_steps):
-            history = [self.evaluate(denoiser, x, i), *history][: self.buffer_size]
-            delta = self.direction(i, x, history, denoiser)
-            x_next = x + self.step_size(i, x) * delta
-            yield Step(i, x, history, delta, x_next)
-            x = x_next
+        self.__dict__["_rollout_grid"] = {None: self.grid()}
+        try:
+            for i in range(self.num_steps):
+                history = [self.evaluate(denoiser, x, i), *history][: self.buffer_size]
+                delta = self.direction(i, x, history, denoiser)
+                x_next = torch.addcmul(x, self.step_size(i, x), delta)  # x + h_i Δ_i, fused
+                yield Step(i, x, history, delta, x_next)
+                x = x_next
+        finally:
+            self.__dict__.pop("_rollout_grid", None)
 
     def trajectory(self, denoiser: Denoiser, x: Tensor) -> list[Tensor]:
         """The states x_1, …, x_N at σ_1, …, σ_N (the last is the endpoint)."""

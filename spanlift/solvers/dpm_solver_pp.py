@@ -22,7 +22,7 @@ from torch import Tensor
 from spanlift.solvers.base import Denoiser, History, Solver
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.ipndm import check_order
-from spanlift.solvers.logsnr import as_direction, half_logsnr, order_at
+from spanlift.solvers.logsnr import data_direction, half_logsnr, order_at, weighted_sum
 from spanlift.solvers.registry import SOLVERS
 
 
@@ -50,17 +50,29 @@ class DPMSolverPP(Solver):
         lam = [half_logsnr(self.sigma(i + 1 - k, x)) for k in range(order + 1)]  # λ_{i+1}, λ_i, …
         h = lam[0] - lam[1]
         phi_1 = torch.expm1(-h)
-        d = [p.denoised for p in history]
-        x_next = (self.sigma(i + 1, x) / self.sigma(i, x)) * x - phi_1 * d[0]
-        if order == 2:
-            r0 = (lam[1] - lam[2]) / h
-            x_next = x_next - 0.5 * phi_1 * (d[0] - d[1]) / r0
-        elif order == 3:
-            r0, r1 = (lam[1] - lam[2]) / h, (lam[2] - lam[3]) / h
-            d1_0, d1_1 = (d[0] - d[1]) / r0, (d[1] - d[2]) / r1
-            d1 = d1_0 + r0 / (r0 + r1) * (d1_0 - d1_1)
-            d2 = (d1_0 - d1_1) / (r0 + r1)
-            phi_2 = phi_1 / h + 1
-            phi_3 = phi_2 / h - 0.5
-            x_next = x_next + phi_2 * d1 - phi_3 * d2
-        return as_direction(x_next, x, self.step_size(i, x))
+        weights = denoised_weights(order, lam, phi_1)
+        combined = weighted_sum(weights, [p.denoised for p in history[:order]])
+        return data_direction(x, combined, self.sigma(i, x), phi_1, self.step_size(i, x))
+
+
+def denoised_weights(order: int, lam: list[Tensor], phi_1: Tensor) -> list[Tensor]:
+    """w_0 … w_{p−1} with D̃ = Σ_j w_j D_{i−j}, the update being x_{i+1} = (σ_{i+1}/σ_i) x_i − φ₁ D̃.
+
+    Order 1: D̃ = D_i. Order 2: D̃ = D_i + ½ D1_0. Order 3: D̃ = D_i − (φ₂ D1 − φ₃ D2)/φ₁, which
+    weights D1_0 by c_0 = a (1 + r_0/(r_0 + r_1)) + b/(r_0 + r_1) and D1_1 by
+    c_1 = −a r_0/(r_0 + r_1) − b/(r_0 + r_1), with a = −φ₂/φ₁ and b = φ₃/φ₁ (module docstring).
+    """
+    one = torch.ones_like(phi_1)
+    if order == 1:
+        return [one]
+    h = lam[0] - lam[1]
+    r0 = (lam[1] - lam[2]) / h
+    if order == 2:
+        return [one + 0.5 / r0, -0.5 / r0]
+    r1 = (lam[2] - lam[3]) / h
+    phi_2 = phi_1 / h + 1
+    phi_3 = phi_2 / h - 0.5
+    a, b, span = -phi_2 / phi_1, phi_3 / phi_1, r0 + r1
+    c0 = a * (1 + r0 / span) + b / span
+    c1 = -a * r0 / span - b / span
+    return [one + c0 / r0, -c0 / r0 + c1 / r1, -c1 / r1]

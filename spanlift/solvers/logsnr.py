@@ -4,9 +4,15 @@ In σ-form (α = 1) the half-logSNR is λ = −ln σ, and the exact solution fro
 
     x_t = (σ_t / σ_s) x_s + σ_t ∫_{λ_s}^{λ_t} e^{λ} D(λ) dλ.
 
-Their updates produce x_{i+1} directly; `as_direction` turns that into the Δ_i of the loop.
+Their updates take the form x_{i+1} = (σ_{i+1}/σ_i) x_i − φ₁ D̃ with φ₁ = e^{−h} − 1 and D̃ a
+weighted sum of the history's denoised outputs. Since (σ_{i+1}/σ_i − 1)/h_i = 1/σ_i with
+h_i = σ_{i+1} − σ_i, the loop's direction is Δ_i = x_i/σ_i − (φ₁/h_i) D̃ (`data_direction`):
+two tensor operations on top of D̃, which `weighted_sum` forms in one per term.
 """
 
+from collections.abc import Sequence
+
+import torch
 from torch import Tensor
 
 
@@ -27,6 +33,14 @@ def half_logsnr(sigma: Tensor) -> Tensor:
     return -sigma.log()
 
 
-def as_direction(x_next: Tensor, x: Tensor, h: Tensor) -> Tensor:
-    """Δ_i = (x_{i+1} − x_i) / h_i."""
-    return (x_next - x) / h
+def weighted_sum(weights: Sequence[Tensor], tensors: Sequence[Tensor]) -> Tensor:
+    """Σ_j w_j T_j for 0-d weights, one fused multiply-add per term after the first."""
+    total = weights[0] * tensors[0]
+    for w, t in zip(weights[1:], tensors[1:], strict=True):
+        total = torch.addcmul(total, w, t)
+    return total
+
+
+def data_direction(x: Tensor, combined: Tensor, sigma: Tensor, phi_1: Tensor, h: Tensor) -> Tensor:
+    """Δ_i = x_i/σ_i − (φ₁/h_i) D̃: the direction of x_{i+1} = (σ_{i+1}/σ_i) x_i − φ₁ D̃."""
+    return torch.addcmul(x / sigma, -phi_1 / h, combined)

@@ -18,12 +18,12 @@ implementation, and the last step is not corrected. One NFE per step.
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from spanlift.solvers.base import Denoiser, History, Solver
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.ipndm import check_order
-from spanlift.solvers.logsnr import as_direction, half_logsnr, order_at
+from spanlift.solvers.logsnr import data_direction, half_logsnr, order_at, weighted_sum
 from spanlift.solvers.registry import SOLVERS
 
 
@@ -64,33 +64,37 @@ class UniPC(Solver):
         self.lower_order_final = lower_order_final
         self.buffer_size = order + 1  # the corrector also reads the newest point
 
-    def _terms(self, i: int, history: History, newest: int) -> tuple[Tensor, Tensor, Tensor, list]:
-        """Coefficients and differences D1_k of the step i → i+1; history[newest] is point i."""
+    def _coefficients(self, i: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(ρᴾ, ρᶜ, B(h), r_1 … r_{p−1}) of the step i → i+1 (float64, from the grid)."""
         order = order_at(i, self.num_steps, self.ends_at_zero, self.order, self.lower_order_final)
         lam = half_logsnr(self.sigmas[i + 1 - order : i + 2].flip(0))  # λ_{i+1}, λ_i, …, λ_{i−p+1}
         h = lam[0] - lam[1]
         rks = torch.cat([(lam[2:] - lam[1]) / h, lam.new_ones(1)])
         rho_p, rho_c, b_h = unipc_coefficients(rks, -h)
-        d_i = history[newest].denoised
-        d1s = [(history[newest + k].denoised - d_i) / rks[k - 1] for k in range(1, order)]
-        return rho_p, rho_c, b_h, d1s
+        return rho_p, rho_c, b_h, rks[:-1]
+
+    def denoised_weights(self, i: int) -> tuple[Tensor, Tensor]:
+        """(w, B(h)) with x_{i+1} = (σ_{i+1}/σ_i) x_i − B(h) Σ_j w_j D_{i−j}, x_i as corrected.
+
+        The predictor's D_i + Σ_k ρᴾ_k D1_k puts ρᴾ_k/r_k on D_{i−k} and their negated sum on
+        D_i. The corrector's x_i ← x_i − B'(h) C enters scaled by s = (σ_{i+1}/σ_i) B'(h)/B(h):
+        C = Σ_k (ρᶜ_k − ρᴾ_k) D1'_k + ρᶜ_p (D_i − D_{i−1}), D1'_k = (D_{i−1−k} − D_{i−1})/r'_k.
+        """
+        rho_p, _, b_h, rks = self._coefficients(i)
+        c = rho_p / rks
+        weights = [torch.cat([(1 - c.sum()).reshape(1), c])]
+        if i > 0:
+            rho_p_last, rho_c, b_h_last, rks_last = self._coefficients(i - 1)
+            scale = self.sigmas[i + 1] / self.sigmas[i] * b_h_last / b_h
+            gap = rho_c[:-1] - nn.functional.pad(rho_p_last, (0, len(rho_c) - 1 - len(rho_p_last)))
+            c = scale * gap / rks_last
+            end = scale * rho_c[-1:]
+            weights.append(torch.cat([end, -end - c.sum().reshape(1), c]))
+        size = max(len(w) for w in weights)
+        return sum(nn.functional.pad(w, (0, size - len(w))) for w in weights), b_h
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
-        x_i = x
-        if i > 0:  # UniC: correct x_i now that D_i is known, using the step i−1 → i
-            rho_p, rho_c, b_h, d1s = self._terms(i - 1, history, newest=1)
-            rho_p = torch.cat([rho_p, rho_c.new_zeros(len(rho_c) - 1 - len(rho_p))])
-            gap = (rho_c[:-1] - rho_p).to(x.dtype)
-            correction = sum(g * d1 for g, d1 in zip(gap, d1s, strict=True))
-            correction = correction + rho_c[-1].to(x.dtype) * (
-                history[0].denoised - history[1].denoised
-            )
-            x_i = x - b_h.to(x.dtype) * correction
-        rho_p, _, b_h, d1s = self._terms(i, history, newest=0)
-        sigma_ratio = self.sigma(i + 1, x) / self.sigma(i, x)
-        x_next = sigma_ratio * x_i - b_h.to(x.dtype) * history[0].denoised
-        if d1s:
-            x_next = x_next - b_h.to(x.dtype) * sum(
-                r.to(x.dtype) * d1 for r, d1 in zip(rho_p, d1s, strict=True)
-            )
-        return as_direction(x_next, x, self.step_size(i, x))
+        weights, b_h = self.denoised_weights(i)
+        denoised = [p.denoised for p in history[: len(weights)]]
+        combined = weighted_sum(weights.to(x.dtype), denoised)
+        return data_direction(x, combined, self.sigma(i, x), b_h.to(x.dtype), self.step_size(i, x))
