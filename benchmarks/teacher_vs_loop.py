@@ -30,6 +30,7 @@ import torch
 from spanlift.backbones import load_backbone
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.sampling.teacher import generate_teacher, read_teacher
+from spanlift.platform.storage import open_storage
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.teacher import prepare_teachers, sweep_seeds
 
@@ -50,9 +51,12 @@ def one_repeat(config: SweepConfig, folder: Path) -> tuple[dict[str, float], flo
     loop, loop_s = timed(
         lambda: generate_teacher(backbone, [*train, *test], config.teacher.solver, progress=False)
     )
-    entries, parallel_s = timed(lambda: prepare_teachers(config, folder))
+    entries, parallel_s = timed(lambda: prepare_teachers(config, open_storage(str(folder))))
     _, hit_s = timed(
-        lambda: [read_teacher(f) for f in (prepare_teachers(config, folder).train, entries.test)]
+        lambda: [
+            read_teacher(f)
+            for f in (prepare_teachers(config, open_storage(str(folder))).train, entries.test)
+        ]
     )
     written = torch.cat(
         [read_teacher(entries.train).endpoints, read_teacher(entries.test).endpoints]
