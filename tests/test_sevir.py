@@ -166,10 +166,15 @@ def write_sevir_lr_files(sevir_root: Path, out: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def sevir_lr_root(sevir_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sevir_lr_files(sevir_root, tmp_path_factory.mktemp("sevir-lr"))
+
+
 def test_released_sevir_lr_files_read_as_the_pooled_original(
-    sevir_root: Path, windows: xr.Dataset, tmp_path: Path
+    sevir_root: Path, sevir_lr_root: Path, windows: xr.Dataset, tmp_path: Path
 ) -> None:
-    lr_root = write_sevir_lr_files(sevir_root, tmp_path)
+    lr_root = sevir_lr_root
     released = open_sevir(lr_root)
     assert released.attrs["layout"] == "sevir-lr" and released.attrs["frame_minutes"] == 10
     assert released.vil.shape == (EVENTS, 25, 128, 128)
@@ -181,16 +186,15 @@ def test_released_sevir_lr_files_read_as_the_pooled_original(
 
 
 def test_a_root_mixing_layouts_or_a_short_file_is_refused(
-    sevir_root: Path, root_copy: Path, tmp_path: Path
+    sevir_lr_root: Path, root_copy: Path
 ) -> None:
-    lr_root = write_sevir_lr_files(sevir_root, tmp_path)
     name = first_file(root_copy)
-    shutil.copy(lr_root / "data" / name, root_copy / "data" / name)
+    shutil.copy(sevir_lr_root / "data" / name, root_copy / "data" / name)
     with pytest.raises(DataError, match=r"has the sevir(-lr)? layout but .* a root holds one"):
         open_sevir(root_copy)
-    rewrite_file(lr_root, name, vil=np.zeros((1, 128, 128, 24), np.uint8))
+    rewrite_file(root_copy, name, vil=np.zeros((1, 128, 128, 24), np.uint8))
     with pytest.raises(DataError, match=r"expected \(N, 384, 384, 49\) or \(N, 128, 128, 25\)"):
-        open_sevir(lr_root)
+        open_sevir(root_copy)
 
 
 def test_sevir_lr_keeps_every_second_frame_and_max_pools_3x3(sevir_root: Path) -> None:
@@ -368,7 +372,9 @@ def test_non_uint8_values_within_range_are_accepted(root_copy: Path) -> None:
 
 
 def test_empty_date_range_raises(sevir_root: Path) -> None:
-    with pytest.raises(DataError, match=r"no vil events .* after 2030-01-01 00:00:00 up to the last"):
+    with pytest.raises(
+        DataError, match=r"no vil events .* after 2030-01-01 00:00:00 up to the last"
+    ):
         open_sevir(sevir_root, start="2030-01-01")
 
 
