@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import torch
 import xarray as xr
 
 from spanlift.errors import DataError, SettingsError
@@ -57,7 +56,7 @@ class SplitSettings:
 
     split: str = "earthformer"
     """split protocol: earthformer (train ≤ 2019-01-01 < val ≤ 2019-06-01 < test) or prediff
-    (test > 2019-06-01, val a seeded random 10 % of the windows before)"""
+    (test > 2019-06-01, val a seeded random tenth of the windows up to then)"""
     start: str | None = None
     """only events with time_utc after this date (none: from the first)"""
     end: str | None = None
@@ -102,6 +101,8 @@ def split_windows(windows: xr.Dataset, settings: SplitSettings = DEFAULT_SPLIT) 
 def _prediff_validation(events: np.ndarray, seed: int, rows: np.ndarray) -> np.ndarray:
     """The rows (of `rows`, whose events are `events`) that PreDiff's random split draws as
     validation windows; see the module docstring for the order it draws from."""
+    import torch  # only this protocol draws with torch's generator
+
     order = pd.DataFrame({"event": np.unique(events)})  # groupby('id') lists ids sorted
     for _ in range(2):
         order = order.sample(frac=1, random_state=EARTHFORMER_SHUFFLE_SEED)

@@ -30,6 +30,7 @@ from spanlift.backbones.nowcast_windows import sample_to_vil
 from spanlift.errors import SettingsError
 from spanlift.nowcasting.plots import plot_frame_strip, plot_lead_time_scores
 from spanlift.nowcasting.scores import THRESHOLDS
+from spanlift.nowcasting.windows import DEFAULT_SPLIT, SplitSettings
 from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.pool import evaluators_on_ray
@@ -126,6 +127,7 @@ class SuiteRequest:
     lpips_weights: Path | None = None
     tracking_uri: str | None = None
     experiment: str = ""
+    split: SplitSettings = DEFAULT_SPLIT
 
 
 @dataclass
@@ -139,7 +141,9 @@ class SuiteResult:
 
 
 def backbone_options(request: SuiteRequest) -> dict[str, Any]:
-    options: dict[str, Any] = {"data": str(request.data)}
+    options: dict[str, Any] = {"data": str(request.data), "split": request.split.split}
+    bounds = {"start": request.split.start, "end": request.split.end}
+    options |= {name: date for name, date in bounds.items() if date is not None}
     if request.weights:
         options["weights"] = str(request.weights)
     return options
@@ -266,6 +270,7 @@ def record_runs(
             **configuration_params(configuration),
             "solver": label,
             "teacher.train_samples": request.train_samples,
+            "scores.convention": report.skill.convention if report.skill else "",
         }
         metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}
         if label in result.rmse:
