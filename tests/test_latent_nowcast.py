@@ -117,7 +117,7 @@ def scripted_files(models, tmp_path_factory) -> dict[str, str]:
 
 def load_with_windows(monkeypatch, windows: NowcastWindows, **options) -> LatentNowcast:
     """The backbone built by the registry from files, with the data read replaced by `windows`."""
-    monkeypatch.setattr(module_under_test, "open_windows", lambda data, grid: windows)
+    monkeypatch.setattr(module_under_test, "open_windows", lambda data, grid, split: windows)
     return load_backbone("prediff", data="unused", grid=windows.train.shape[-1], **options)
 
 
@@ -295,7 +295,7 @@ def test_user_errors_name_the_file_or_the_shapes(
     with pytest.raises(SettingsError, match="allow_pickle must be true or false"):
         load_with_windows(monkeypatch, windows, **scripted_files, allow_pickle="yes")
 
-    monkeypatch.setattr(module_under_test, "open_windows", lambda data, grid: windows)
+    monkeypatch.setattr(module_under_test, "open_windows", lambda data, grid, split: windows)
     with pytest.raises(SettingsError, match=r"\(16, 16\).*grid=32"):
         LatentNowcast(data="unused", grid=32, **scripted_files)
 

@@ -2,6 +2,7 @@
 of shards, the formulas and 0/0, the summary, per-lead output, bad input, and the two plots."""
 
 import functools
+import importlib.util
 import itertools
 import pickle
 
@@ -9,6 +10,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 import xarray as xr
 from pysteps.verification.detcatscores import det_cat_fct
 
@@ -229,3 +231,93 @@ def test_frame_strip_writes_a_png(tmp_path):
     predicted = {"solver a": future[::-1], "solver b": torch.from_numpy(future)}
     path = tmp_path / "figures" / "strip.png"
     assert_png(path, plot_frame_strip(past, future, predicted, path))
+
+
+# --- Earthformer's convention --------------------------------------------------------------------
+
+
+def earthformer_restated(pred: np.ndarray, target: np.ndarray, pool: int) -> dict[str, np.ndarray]:
+    """(threshold,) scores as Earthformer's `SEVIRSkillScore` (mode "0", PreDiff's `sevir_pool`
+    preprocessing) computes them, restated in torch from that module: F.max_pool2d of both, then
+    t = target ≥ τ and p = pred ≥ τ as floats, zeroed where either is NaN, counts summed as
+    float32 states, scores with eps = 1e-4 and "bias" = ((H + F) / (H + M + eps) / ln 2)²."""
+    eps = 1e-4
+    p, t = torch.from_numpy(pred).float(), torch.from_numpy(target).float()
+    if pool > 1:
+        p, t = (F.max_pool2d(x.flatten(0, 1)[:, None], pool, pool) for x in (p, t))
+    hits, misses, fas = (torch.zeros(len(THRESHOLDS)) for _ in range(3))
+    for i, threshold in enumerate(THRESHOLDS):
+        t_event, p_event = (t >= threshold).float(), (p >= threshold).float()
+        nan = torch.isnan(t) | torch.isnan(p)
+        t_event[nan], p_event[nan] = 0, 0
+        hits[i] += torch.sum(t_event * p_event).int()
+        misses[i] += torch.sum(t_event * (1 - p_event)).int()
+        fas[i] += torch.sum((1 - t_event) * p_event).int()
+    bias = (hits + fas) / (hits + misses + eps)
+    return {
+        "csi": (hits / (hits + misses + fas + eps)).numpy(),
+        "pod": (hits / (hits + misses + eps)).numpy(),
+        "sucr": (hits / (hits + fas + eps)).numpy(),
+        "bias": torch.pow(bias / torch.log(torch.tensor(2.0)), 2.0).numpy(),
+    }
+
+
+def earthformer_package(pred: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray] | None:
+    """The installed `earthformer` package's own scores (pool 1), or None where it does not
+    import (it needs torchmetrics and omegaconf, which spanlift does not)."""
+    needs = ("earthformer", "torchmetrics", "omegaconf")
+    if any(importlib.util.find_spec(name) is None for name in needs):
+        return None
+    from earthformer.metrics.sevir import SEVIRSkillScore
+
+    metric = SEVIRSkillScore(layout="NTHW", mode="0", preprocess_type="sevir")
+    # its preprocessing multiplies 0–1 data by 255: hand it levels / 255 in float64
+    metric.update(torch.from_numpy(pred / 255.0), torch.from_numpy(target / 255.0))
+    result = metric.compute()
+    return {n: np.array([result[t][n] for t in THRESHOLDS]) for n in ("csi", "pod", "sucr", "bias")}
+
+
+def nan_storms(seed: int, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Float VIL with a few NaN pixels in each and values a little outside 0–255."""
+    pred, target = forecast_and_truth(seed, shape, whole=False)
+    rng = np.random.default_rng(seed + 100)
+    for field in (pred, target):
+        field[rng.random(shape) < 0.002] = np.nan
+        field[rng.random(shape) < 0.01] += rng.choice([-20.0, 20.0])
+    return pred.astype(np.float32), target.astype(np.float32)
+
+
+@pytest.mark.parametrize("size", [64, 72])  # 72: pool 16 floors 4.5 to 4 blocks
+def test_earthformer_convention_reproduces_its_skill_score_module(size):
+    pred, target = nan_storms(5, (3, 6, size, size))
+    ours = skill_scores(pred, target, convention="earthformer")
+    assert ours.attrs["convention"] == "earthformer" and "hss" not in ours
+    for pool in (1, 4, 16):
+        reference = earthformer_restated(pred, target, pool)
+        for name, values in reference.items():
+            np.testing.assert_allclose(ours[name].sel(pool=pool), values, rtol=1e-6, atol=1e-7)
+    package = earthformer_package(pred, target)
+    if package is not None:
+        for name, values in package.items():
+            np.testing.assert_allclose(ours[name].sel(pool=1), values, rtol=1e-6)
+
+
+def test_earthformer_convention_differs_from_the_exact_one_where_it_should():
+    pred, target = frames_with_table(hits=3, misses=1, false_alarms=2, negatives=4)
+    exact = skill_scores(pred, target, thresholds=(74,), pools=(1,)).sel(pool=1, threshold=74)
+    theirs = skill_scores(pred, target, thresholds=(74,), pools=(1,), convention="earthformer")
+    theirs = theirs.sel(pool=1, threshold=74)
+    assert float(exact.csi) == 0.5 and float(theirs.csi) == pytest.approx(3 / (6 + 1e-4), 1e-12)
+    assert float(exact.bias) == 1.25
+    assert float(theirs.bias) == pytest.approx((5 / (4 + 1e-4) / np.log(2)) ** 2, 1e-12)
+    empty = np.zeros((1, 1, 4, 4), np.float32)
+    nothing = skill_scores(empty, empty, pools=(1,), convention="earthformer")
+    assert (nothing.csi == 0).all() and np.isnan(skill_scores(empty, empty, pools=(1,)).csi).all()
+    table = summary(skill_scores(*nan_storms(1, (2, 6, 64, 64)), convention="earthformer"))
+    assert "hss" not in table and np.isfinite(table["csi_m"])
+    with pytest.raises(
+        SettingsError, match="convention 'pysteps' is not one of exact, earthformer"
+    ):
+        skill_scores(pred, target, convention="pysteps")
+    with pytest.raises(SettingsError, match="whole VIL levels 1–255"):
+        skill_scores(pred, target, thresholds=(0,), convention="earthformer")

@@ -249,7 +249,7 @@ def forget_prediff(monkeypatch) -> None:
 
 def load(monkeypatch, windows, options: dict[str, str]):
     """The backbone as `--backbone prediff --backbone-option KEY=VALUE …` builds it."""
-    monkeypatch.setattr(module_under_test, "open_windows", lambda data, grid: windows)
+    monkeypatch.setattr(module_under_test, "open_windows", lambda data, grid, split: windows)
     pairs = [f"{key}={value}" for key, value in options.items()]
     return load_backbone("prediff", data="unused", grid=SIZE, **parse_settings(pairs))
 

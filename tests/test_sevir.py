@@ -11,11 +11,12 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import xarray as xr
 
-from spanlift.errors import DataError
+from spanlift.errors import DataError, SettingsError
 from spanlift.nowcasting import store as store_module
-from spanlift.nowcasting.sevir import CATALOG_COLUMNS, open_sevir, read_catalog
+from spanlift.nowcasting.sevir import CATALOG_COLUMNS, REQUIRED_COLUMNS, open_sevir, read_catalog
 from spanlift.nowcasting.store import (
     SCHEMA,
     open_prepared,
@@ -26,8 +27,9 @@ from spanlift.nowcasting.synthetic import event_times, storm_frames, write_synth
 from spanlift.nowcasting.windows import (
     TEST_START,
     VAL_START,
+    SplitSettings,
     sevir_windows,
-    split_by_date,
+    split_windows,
     to_sevir_lr,
 )
 
@@ -114,17 +116,85 @@ def test_catalog_is_filtered_by_date_and_missing_fraction(root_copy: Path) -> No
     times = pd.to_datetime(catalog_rows(root_copy).time_utc)
     val = open_sevir(root_copy, start="2019-01-01", end="2019-06-01")
     assert val.sizes["event"] == 2
-    assert all(split_by_date(time) == "val" for time in val.time_utc.values)
-    # start is inclusive, end exclusive
+    assert all(VAL_START < time <= TEST_START for time in pd.DatetimeIndex(val.time_utc.values))
+    # as Earthformer's loader: time_utc > start and time_utc <= end
     chosen = open_sevir(root_copy, start=times[1], end=times[3].to_pydatetime())
-    assert chosen.event.values.tolist() == ["S700001", "S700002"]
+    assert chosen.event.values.tolist() == ["S700002", "S700003"]
 
     edit_catalog(root_copy, lambda catalog: catalog.assign(pct_missing=[0, 0.5, 0, 0, 0]))
     assert "S700001" not in open_sevir(root_copy).event.values
     assert open_sevir(root_copy, max_missing=0.5).sizes["event"] == EVENTS
 
 
+def test_an_id_listed_twice_is_dropped_with_every_row_as_earthformer_does(
+    root_copy: Path,
+) -> None:
+    edit_catalog(root_copy, lambda catalog: pd.concat([catalog, catalog.iloc[[1]]]))
+    events = open_sevir(root_copy).event.values.tolist()
+    assert events == ["S700000", "S700002", "S700003", "S700004"]
+    # a second row that the filters remove leaves the id unique, so it stays
+    edit_catalog(root_copy, lambda catalog: catalog.assign(pct_missing=[0, 0, 0, 0, 0, 0.5]))
+    assert "S700001" in open_sevir(root_copy).event.values
+
+
+def test_only_the_columns_used_are_required(root_copy: Path) -> None:
+    def used_columns_and_an_extra_one(catalog: pd.DataFrame) -> pd.DataFrame:
+        return catalog[list(REQUIRED_COLUMNS)].assign(note="extra", minute_offsets="-5:0:5")
+
+    expected = open_sevir(root_copy).vil[1].values
+    edit_catalog(root_copy, used_columns_and_an_extra_one)
+    ds = open_sevir(root_copy)
+    assert ds.sizes["event"] == EVENTS and np.isnan(ds.llcrnrlat.values).all()
+    np.testing.assert_array_equal(ds.vil[1].values, expected)
+
+
 # --- SEVIR-LR and windows ------------------------------------------------------------------------
+
+
+def write_sevir_lr_files(sevir_root: Path, out: Path) -> Path:
+    """A copy of the root in the layout of PreDiff's released SEVIR-LR: the same catalog, each
+    file holding only `vil` (N × 128 × 128 × 25), pooled here with NumPy, and no `id`."""
+    shutil.copy(sevir_root / "CATALOG.csv", out / "CATALOG.csv")
+    for source in (sevir_root / "data").rglob("*.h5"):
+        with h5py.File(source, "r") as file:
+            raw = file["vil"][:][..., ::2]  # N, 384, 384, 25 (h5py's strided reads are slow)
+        pooled = raw.reshape(len(raw), 128, 3, 128, 3, 25).max(axis=(2, 4))
+        target = out / source.relative_to(sevir_root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with h5py.File(target, "w") as file:
+            file.create_dataset("vil", data=pooled, chunks=(1, 128, 128, 25), compression="lzf")
+    return out
+
+
+@pytest.fixture(scope="module")
+def sevir_lr_root(sevir_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sevir_lr_files(sevir_root, tmp_path_factory.mktemp("sevir-lr"))
+
+
+def test_released_sevir_lr_files_read_as_the_pooled_original(
+    sevir_root: Path, sevir_lr_root: Path, windows: xr.Dataset, tmp_path: Path
+) -> None:
+    lr_root = sevir_lr_root
+    released = open_sevir(lr_root)
+    assert released.attrs["layout"] == "sevir-lr" and released.attrs["frame_minutes"] == 10
+    assert released.vil.shape == (EVENTS, 25, 128, 128)
+    assert released.time.values.tolist() == list(range(-120, 121, 10))
+    assert open_sevir(sevir_root).attrs["layout"] == "sevir"
+    xr.testing.assert_equal(sevir_windows(to_sevir_lr(released)).load(), windows)
+    stored = read_windows(prepare_sevir_lr(lr_root, tmp_path / "lr.zarr", progress=False))
+    xr.testing.assert_equal(stored.drop_vars("split").load(), windows)
+
+
+def test_a_root_mixing_layouts_or_a_short_file_is_refused(
+    sevir_lr_root: Path, root_copy: Path
+) -> None:
+    name = first_file(root_copy)
+    shutil.copy(sevir_lr_root / "data" / name, root_copy / "data" / name)
+    with pytest.raises(DataError, match=r"has the sevir(-lr)? layout but .* a root holds one"):
+        open_sevir(root_copy)
+    rewrite_file(root_copy, name, vil=np.zeros((1, 128, 128, 24), np.uint8))
+    with pytest.raises(DataError, match=r"expected \(N, 384, 384, 49\) or \(N, 128, 128, 25\)"):
+        open_sevir(root_copy)
 
 
 def test_sevir_lr_keeps_every_second_frame_and_max_pools_3x3(sevir_root: Path) -> None:
@@ -143,37 +213,79 @@ def test_sevir_lr_keeps_every_second_frame_and_max_pools_3x3(sevir_root: Path) -
     assert pooled[peak] > 100
 
 
-def test_windows_are_13_frames_every_12_with_offsets_and_start_times(
+def test_windows_are_13_frames_every_6_as_the_reference_configs(
     sevir_root: Path, windows: xr.Dataset
 ) -> None:
     lr = to_sevir_lr(open_sevir(sevir_root)).load()
     assert windows.vil.dims == ("window", "time", "y", "x")
-    assert windows.vil.shape == (2 * EVENTS, 13, 128, 128)
+    assert windows.vil.shape == (3 * EVENTS, 13, 128, 128)  # starts 0, 6, 12 of 25 frames
+    assert windows.attrs["stride"] == 6
     assert windows.time.values.tolist() == list(range(-60, 61, 10))
-    assert windows.event.values.tolist() == [event for event in lr.event.values for _ in (0, 1)]
-    for window in (0, 3):
-        event, start = window // 2, 12 * (window % 2)
+    assert windows.event.values.tolist() == [event for event in lr.event.values for _ in range(3)]
+    for window in (0, 4, 8):
+        event, start = window // 3, 6 * (window % 3)
         np.testing.assert_array_equal(windows.vil[window], lr.vil[event, start : start + 13])
         offset = np.timedelta64(-120 + 10 * start, "m")
         assert windows.start_utc.values[window] == lr.time_utc.values[event] + offset
-    assert windows.split.values.tolist() == [
-        split_by_date(time) for time in lr.time_utc.values for _ in (0, 1)
+        assert windows.time_utc.values[window] == lr.time_utc.values[event]
+    assert sevir_windows(lr, stride=12).sizes["window"] == 2 * EVENTS  # starts 0, 12
+
+
+def timed_windows(times: list[str], per_event: int = 1) -> xr.Dataset:
+    """Windows of one event per time (ids E0, E1, …), `per_event` windows each."""
+    events = [f"E{index}" for index, _ in enumerate(times) for _ in range(per_event)]
+    stamps = pd.DatetimeIndex([time for time in times for _ in range(per_event)])
+    return xr.Dataset(coords={"event": ("window", events), "time_utc": ("window", stamps)})
+
+
+def test_earthformer_split_cuts_after_each_date_as_its_loader() -> None:
+    times = [
+        "2018-12-31 23:59:59",
+        "2019-01-01 00:00:00",  # ≤ 2019-01-01: still train
+        "2019-01-01 00:05:00",
+        "2019-06-01 00:00:00",  # ≤ 2019-06-01: still val
+        "2019-06-01 00:05:00",
+        "2019-09-01 12:00:00",
     ]
-    assert sevir_windows(lr, stride=6).sizes["window"] == 3 * EVENTS  # starts 0, 6, 12
+    windows = timed_windows(times)
+    expected = ["train", "train", "val", "val", "test", "test"]
+    assert split_windows(windows).tolist() == expected
+    bounded = SplitSettings(start="2019-01-01", end="2019-06-01 00:05")
+    assert split_windows(windows, bounded).tolist() == ["", "", "val", "val", "test", ""]
+    with pytest.raises(SettingsError, match="split 'random' is not a protocol"):
+        SplitSettings("random")
+    with pytest.raises(SettingsError, match="end date 'soon' is not a date"):
+        SplitSettings(end="soon")
 
 
-@pytest.mark.parametrize(
-    ("time", "split"),
-    [
-        ("2018-12-31 23:59:59", "train"),
-        (VAL_START, "val"),
-        ("2019-05-31 23:55:00", "val"),
-        (TEST_START, "test"),
-        (np.datetime64("2019-09-01T12:00"), "test"),
-    ],
-)
-def test_split_by_date_boundaries(time: object, split: str) -> None:
-    assert split_by_date(time) == split
+def prediff_validation_restated(windows: xr.Dataset, per_event: int, seed: int) -> set:
+    """(event, window number) of PreDiff's validation windows, restated from its data module:
+    Earthformer's SEVIRDataLoader lists the ids of the rows up to 2019-06-01 (groupby sorts
+    them), shuffles them with random_state 1 when it lists them and again at reset; its sample
+    i is window i % per_event of event i // per_event; random_split draws 10 % of the samples."""
+    frame = windows.to_dataframe().reset_index()
+    frame = frame[frame.time_utc <= TEST_START]
+    samples = frame.groupby("event").size().to_frame("windows")
+    samples = samples.sample(frac=1, random_state=1).sample(frac=1, random_state=1)
+    count = len(samples) * per_event
+    generator = torch.Generator().manual_seed(seed)
+    _, val = torch.utils.data.random_split(range(count), [0.9, 0.1], generator=generator)
+    return {(samples.index[i // per_event], i % per_event) for i in val.indices}
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_prediff_split_draws_validation_as_its_data_module(seed: int) -> None:
+    times = pd.date_range("2018-03-01", "2019-09-01", periods=24).astype(str).tolist()
+    windows = timed_windows(times, per_event=3)
+    splits = split_windows(windows, SplitSettings("prediff", seed=seed))
+    events = windows.event.values
+    numbers = [position % 3 for position in range(events.size)]
+    drawn = {(events[i], numbers[i]) for i in np.flatnonzero(splits == "val")}
+    assert drawn == prediff_validation_restated(windows, 3, seed)
+    before = pd.DatetimeIndex(windows.time_utc.values) <= TEST_START
+    assert len(drawn) == (before.sum() - int(before.sum() * 0.9))  # random_split's lengths
+    assert set(splits[before]) == {"train", "val"} and set(splits[~before]) == {"test"}
+    assert "val" in splits[pd.DatetimeIndex(windows.time_utc.values) < VAL_START]  # no Jan-1 cut
 
 
 def test_windows_reject_a_length_longer_than_the_event(sevir_root: Path) -> None:
@@ -260,7 +372,9 @@ def test_non_uint8_values_within_range_are_accepted(root_copy: Path) -> None:
 
 
 def test_empty_date_range_raises(sevir_root: Path) -> None:
-    with pytest.raises(DataError, match=r"no vil events .* from 2030-01-01 00:00:00 to the last"):
+    with pytest.raises(
+        DataError, match=r"no vil events .* after 2030-01-01 00:00:00 up to the last"
+    ):
         open_sevir(sevir_root, start="2030-01-01")
 
 
@@ -288,13 +402,13 @@ def test_prepare_round_trips_the_windows(
     assert (stored.attrs["inputs"], stored.attrs["outputs"]) == (7, 6)
     assert stored.attrs["source"] == str(sevir_root.resolve())
     assert stored.vil.data.chunks[0] == (1,) * stored.sizes["window"]  # one window per chunk
-    xr.testing.assert_equal(stored.load(), windows)
+    xr.testing.assert_equal(stored.drop_vars("split").load(), windows)
     expected_hash = hashlib.sha256(windows.vil.values.tobytes()).hexdigest()
     assert stored.attrs["content_sha256"] == expected_hash
     size = sum(path.stat().st_size for path in [out, *out.rglob("*")] if path.is_file())
     assert size < windows.vil.nbytes / 2  # compressed
     test_windows = stored.vil.where(stored.split == "test", drop=True)
-    assert test_windows.sizes["window"] == 4
+    assert test_windows.sizes["window"] == 6
 
 
 def test_failed_prepare_leaves_nothing_and_keeps_an_older_store(
@@ -316,14 +430,14 @@ def test_failed_prepare_leaves_nothing_and_keeps_an_older_store(
     with pytest.raises(RuntimeError):
         prepare_sevir_lr(sevir_root, out, progress=False)
     assert list(tmp_path.iterdir()) == [out]
-    assert read_windows(out).sizes["window"] == 2 * EVENTS
+    assert read_windows(out).sizes["window"] == 3 * EVENTS
 
 
 def test_open_prepared_prepares_once_and_again_when_the_catalog_changes(
     root_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = open_prepared(root_copy)
-    assert (root_copy / "sevir_lr.zarr").is_dir() and first.sizes["window"] == 2 * EVENTS
+    assert (root_copy / "sevir_lr.zarr").is_dir() and first.sizes["window"] == 3 * EVENTS
 
     def refuse(*args, **kwargs):
         raise AssertionError("prepared again")
@@ -331,11 +445,11 @@ def test_open_prepared_prepares_once_and_again_when_the_catalog_changes(
     monkeypatch.setattr(store_module, "prepare_sevir_lr", refuse)
     again = open_prepared(root_copy)
     assert again.attrs["content_sha256"] == first.attrs["content_sha256"]
-    assert open_prepared(root_copy / "sevir_lr.zarr").sizes["window"] == 2 * EVENTS
+    assert open_prepared(root_copy / "sevir_lr.zarr").sizes["window"] == 3 * EVENTS
 
     monkeypatch.undo()
     edit_catalog(root_copy, lambda catalog: catalog.iloc[:-1])
-    assert open_prepared(root_copy).sizes["window"] == 2 * (EVENTS - 1)
+    assert open_prepared(root_copy).sizes["window"] == 3 * (EVENTS - 1)
 
 
 def test_nowcast_windows_open_the_prepared_store(sevir_root: Path, tmp_path: Path) -> None:
@@ -343,8 +457,8 @@ def test_nowcast_windows_open_the_prepared_store(sevir_root: Path, tmp_path: Pat
 
     out = prepare_sevir_lr(sevir_root, tmp_path / "windows.nc", progress=False)
     nowcast = NowcastWindows.open(out, grid=32)
-    assert tuple(nowcast.train.shape) == (2, 13, 32, 32)
-    assert tuple(nowcast.test.shape) == (4, 13, 32, 32)
+    assert tuple(nowcast.train.shape) == (3, 13, 32, 32)
+    assert tuple(nowcast.test.shape) == (6, 13, 32, 32)
 
 
 # --- synthetic SEVIR -----------------------------------------------------------------------------
@@ -365,10 +479,8 @@ def test_synthetic_catalog_has_the_sevir_layout(sevir_root: Path) -> None:
 
 
 def test_default_synthetic_times_cover_every_split() -> None:
-    splits = pd.Series(
-        [split_by_date(time) for time in event_times("2018-01-01", "2019-12-31", 64)]
-    )
-    counts = splits.value_counts()
+    times = event_times("2018-01-01", "2019-12-31", 64)
+    counts = pd.Series(split_windows(timed_windows([str(time) for time in times]))).value_counts()
     assert counts["test"] >= 8 and counts["val"] >= 1 and counts["train"] >= 8
 
 

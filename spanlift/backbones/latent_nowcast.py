@@ -69,6 +69,7 @@ from spanlift.backbones.prediff_release import load_release
 from spanlift.backbones.registry import BACKBONES
 from spanlift.backbones.weights import weights_digest
 from spanlift.errors import CheckpointError, SettingsError
+from spanlift.nowcasting.windows import SplitSettings
 
 TIMESTEP_SNAP = 1e-4
 """t(σ) within this many timesteps of an integer is rounded to it."""
@@ -190,6 +191,9 @@ class LatentNowcast(Backbone):
         trust_code: bool = False,
         guide_scale: float | None = None,
         knowledge_multiplier: float = 2.0,
+        split: str = "earthformer",
+        start: str | None = None,
+        end: str | None = None,
     ) -> None:
         super().__init__()
         grid = int(grid)
@@ -233,7 +237,8 @@ class LatentNowcast(Backbone):
                 for path, role in zip(files, ("denoiser", "autoencoder"), strict=True)
             )
             guidance = None
-        windows = open_windows(data, grid)
+        bounds = (None if date is None else str(date) for date in (start, end))  # YAML: dates
+        windows = open_windows(data, grid, SplitSettings(split, *bounds))
         if windows.train.shape[-2:] != (grid, grid):
             raise SettingsError(
                 f"prediff data {data} gives frames of {tuple(windows.train.shape[-2:])}, "

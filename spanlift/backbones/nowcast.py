@@ -30,6 +30,7 @@ from spanlift.backbones.registry import BACKBONES
 from spanlift.backbones.unet import UNet, UNetConfig
 from spanlift.backbones.weights import edm_unet, read_weights, weights_digest
 from spanlift.errors import DataError, SettingsError
+from spanlift.nowcasting.windows import DEFAULT_SPLIT, SplitSettings
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "nowcast_unet.pt"
 DEFAULT_DATA = Path("data") / "sevir_synth"
@@ -44,14 +45,17 @@ UNET = UNetConfig(
 )
 
 
-def open_windows(data: str | Path, grid: int) -> NowcastWindows:
-    """The windows of `data`; a missing folder says how to make the synthetic one."""
+def open_windows(
+    data: str | Path, grid: int, split: SplitSettings = DEFAULT_SPLIT
+) -> NowcastWindows:
+    """The windows of `data` split by `split`; a missing folder says how to make the synthetic
+    one."""
     if not Path(data).exists():
         raise DataError(
             f"nowcasting data not found: {data}; create synthetic storms with "
             f"`spanlift nowcast synth --out {data}`, or pass data=<SEVIR folder or prepared store>"
         )
-    return NowcastWindows.open(data, grid)
+    return NowcastWindows.open(data, grid, split)
 
 
 @BACKBONES.register("nowcast")
@@ -60,21 +64,31 @@ class NowcastUNet(Backbone):
 
     needs: ClassVar[str] = (
         "data=<SEVIR folder or prepared store> (default data/sevir_synth, made by "
-        "`spanlift nowcast synth`); its weights ship with spanlift"
+        "`spanlift nowcast synth`); its weights ship with spanlift; split=earthformer|prediff, "
+        "start=, end= choose the windows (spanlift.nowcasting.windows.SplitSettings)"
     )
 
     sigma_min = 0.002
     sigma_max = 80.0
 
-    def __init__(self, data: str | Path = DEFAULT_DATA, weights: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        data: str | Path = DEFAULT_DATA,
+        weights: str | Path | None = None,
+        split: str = "earthformer",
+        start: str | None = None,
+        end: str | None = None,
+    ) -> None:
         super().__init__()
+        bounds = (None if date is None else str(date) for date in (start, end))  # YAML: dates
+        splitting = SplitSettings(split, *bounds)
         path = Path(weights) if weights else DEFAULT_WEIGHTS
         remedy = f"train them with `spanlift train-nowcast --out {path}` or pass weights=<file>"
         state = read_weights(path, "nowcast backbone", remedy)
         self.model = edm_unet(state, path, "nowcast")
         self.grid = int(state["grid"])
         self.shape = (OUTPUTS, self.grid, self.grid)
-        self.windows = open_windows(data, self.grid)
+        self.windows = open_windows(data, self.grid, splitting)
         self._digest = weights_digest(state["ema"])
         self.freeze()
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from spanlift.errors import DataError
+from spanlift.nowcasting.windows import DEFAULT_SPLIT, SplitSettings
 from spanlift.seeds import TEST_SEED_OFFSET, held_out
 
 LR_SIZE = 128
@@ -83,22 +84,26 @@ class NowcastWindows:
         )
 
     @classmethod
-    def open(cls, data: str | Path, grid: int) -> "NowcastWindows":
-        """Windows of a SEVIR folder (CATALOG.csv, prepared once into `<data>/sevir_lr.zarr`) or of
-        a store written by `spanlift nowcast prepare`, at `grid`² pixels."""
-        from spanlift.nowcasting.store import open_prepared
+    def open(
+        cls, data: str | Path, grid: int, split: SplitSettings = DEFAULT_SPLIT
+    ) -> "NowcastWindows":
+        """Train and test windows (under the protocol `split`) of a SEVIR folder (CATALOG.csv,
+        prepared once into `<data>/sevir_lr.zarr`) or of a store written by `spanlift nowcast
+        prepare`, at `grid`² pixels."""
+        from spanlift.nowcasting.store import open_prepared, read_vil
 
-        store = open_prepared(Path(data))
+        store = open_prepared(Path(data), split)
         parts = {}
-        for split in ("train", "test"):
-            chosen = np.flatnonzero(store.split.values == split)
+        for part in ("train", "test"):
+            chosen = np.flatnonzero(store.split.values == part)
             if chosen.size == 0:
                 raise DataError(
-                    f"{data}: no {split} windows (the split is by date; see docs/nowcasting.md)"
+                    f"{data}: no {part} windows (the split is by date; see docs/nowcasting.md)"
                 )
-            frames = store.vil.isel(window=chosen).values  # uint8, only these windows read
-            parts[split] = pool_to_grid(torch.from_numpy(frames), grid)
-        identity = f"{store.attrs.get('content_sha256', '')[:16]}-{grid}"
+            frames = read_vil(store, chosen)  # uint8, only these windows read
+            parts[part] = pool_to_grid(torch.from_numpy(frames), grid)
+        protocol = f"{split.split}-{split.start}-{split.end}-{split.seed}"
+        identity = f"{store.attrs.get('content_sha256', '')[:16]}-{grid}-{protocol}"
         return cls(parts["train"], parts["test"], identity)
 
     def windows(self, seeds: Sequence[int]) -> Tensor:

@@ -22,6 +22,7 @@ PAPER_SOLVERS = "all six, spanlift+pooled and spanlift+observed"
 FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed")
 NOWCAST_FIT = {"iterations": 200, "batch_size": 16}
 """The suite's fit settings where they differ from FitSettings' defaults."""
+SPLIT_OPTIONS = ("split", "start", "end")
 
 
 def add_commands(sub: Any) -> None:
@@ -48,9 +49,16 @@ def add_prepare(steps: Any) -> None:
 
 
 def prepare_options(prepare: argparse.ArgumentParser) -> None:
+    from spanlift.nowcasting.windows import STRIDE
+
     prepare.add_argument("--sevir-root", type=Path, required=True, help="folder with CATALOG.csv")
     prepare.add_argument("--out", type=Path, required=True, help="a .zarr or .nc path")
-    prepare.add_argument("--stride", type=int, default=12, help="frames between windows")
+    prepare.add_argument(
+        "--stride",
+        type=int,
+        default=STRIDE,
+        help="frames between window starts (6: Earthformer's and PreDiff's SEVIR-LR configs)",
+    )
 
 
 def add_eval(steps: Any) -> None:
@@ -59,6 +67,7 @@ def add_eval(steps: Any) -> None:
 
 
 def eval_options(ev: argparse.ArgumentParser) -> None:
+    from spanlift.nowcasting.windows import SplitSettings
     from spanlift.platform.fitting.fit import FitSettings
 
     ev.add_argument(
@@ -75,6 +84,7 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--teacher-nfe", type=int, default=100, help="DDIM teacher steps")
     ev.add_argument("--train-samples", type=int, default=256, help="teacher samples to fit on")
     ev.add_argument("--test-samples", type=int, default=0, help="0: every held-out window")
+    add_field_options(ev, SplitSettings, SPLIT_OPTIONS)
     add_field_options(ev, FitSettings, FIT_OPTIONS, defaults=NOWCAST_FIT)
     ev.add_argument("--weights", type=Path, help=f"denoiser weights (default {NOWCAST_UNET})")
     add_backbone_options(ev, default="nowcast")  # prediff: PreDiff's release, docs/nowcasting.md
@@ -125,6 +135,7 @@ def result_experiment(args: argparse.Namespace) -> str:
 
 def suite_request(args: argparse.Namespace) -> Any:
     """The suite the options ask for; counts below 1 refused."""
+    from spanlift.nowcasting.windows import SplitSettings
     from spanlift.platform.fitting.fit import FitSettings
     from spanlift.platform.nowcast_suite import SuiteRequest, parse_solvers
     from spanlift.platform.tracking.runs import resolve_tracking_uri
@@ -133,6 +144,7 @@ def suite_request(args: argparse.Namespace) -> Any:
     for name in ("train_samples", "evaluators", "teacher_nfe", "nfe"):
         positive("--" + name.replace("_", "-"), getattr(args, name))
     fit = FitSettings(**field_values(args, FitSettings, FIT_OPTIONS))
+    split = SplitSettings(**field_values(args, SplitSettings, SPLIT_OPTIONS))
     return SuiteRequest(
         data=args.data,
         rows=tuple(parse_solvers(args.solvers, args.nfe, fit)),
@@ -148,4 +160,5 @@ def suite_request(args: argparse.Namespace) -> Any:
         lpips_weights=args.lpips_weights,
         tracking_uri=None if args.no_tracking else resolve_tracking_uri(args.tracking_uri),
         experiment=result_experiment(args),
+        split=split,
     )

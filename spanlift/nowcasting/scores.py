@@ -1,4 +1,4 @@
-"""Skill scores of SEVIR nowcasts, with the conventions of PreDiff and Earthformer.
+"""Skill scores of SEVIR nowcasts: exact definitions, or Earthformer's convention.
 
 Scores are computed on the VIL scale 0–255. A pixel holds an *event* at threshold τ when its value
 is ≥ τ; the thresholds are 16, 74, 133, 160, 181 and 219. For the pooled scores (CSI-4, CSI-16)
@@ -26,15 +26,31 @@ a test set split over processes gives the same numbers: `ContingencyCounts.merge
 Counting. Values are first truncated to whole VIL levels ⌊v⌋ (uint8). For a whole threshold τ,
 v ≥ τ exactly when ⌊v⌋ ≥ τ, and ⌊·⌋ commutes with the maximum, so the events — pooled or not —
 are exactly those of the unrounded values; thresholds are therefore whole levels 0–255. Counting
-uint8 frames in NumPy (strided maxima for pooling, `count_nonzero` per threshold) is about 25×
-faster than pysteps' `det_cat_fct` looped over thresholds and pools (benchmarks/nowcast_scores.py).
+uint8 frames in NumPy (strided maxima for pooling, `count_nonzero` per threshold) and building
+the scores with NumPy into one Dataset keeps `skill_scores` over 10× faster than pysteps'
+`det_cat_fct` looped over thresholds and pools, at a test batch (48–72 frames of 128²) as on
+large inputs (benchmarks/nowcast_scores.py, figures in docs/results.md).
 
-Empty tables. A ratio whose numerator and denominator are both 0 (e.g. CSI at a threshold that is
-neither forecast nor observed anywhere) is NaN, honestly undefined; BIAS is +inf when events are
-forecast but none is observed. Earthformer instead adds 1e-4 to every denominator, which turns
-0/0 into 0 and changes any defined score by less than 1e-4 / denominator. `summary` averages over
-thresholds with NaN kept (skipna=False), so a threshold without events shows up as NaN instead of
-silently leaving the mean.
+Conventions (`convention=`; the Dataset's attribute `convention` says which one made it):
+
+- "exact" (the default): the formulas above. A ratio whose numerator and denominator are both 0
+  (e.g. CSI at a threshold that is neither forecast nor observed anywhere) is NaN, honestly
+  undefined; BIAS is +inf when events are forecast but none is observed. Values must lie in
+  0–255 (no NaN) and every pool must divide the frame. `summary` averages over thresholds with
+  NaN kept (skipna=False), so a threshold without events shows up as NaN instead of silently
+  leaving the mean.
+- "earthformer": what Earthformer's `metrics/sevir.py` (`SEVIRSkillScore`; PreDiff's copy adds
+  pools as `sevir_pool<k>`) reports, so a row can be compared with their tables:
+  every denominator gets eps = 1e-4 (CSI = H / (H + M + F + eps), POD = H / (H + M + eps),
+  SUCR = H / (H + F + eps); 0/0 becomes 0); "bias" is reported as that module does,
+  ((H + F) / (H + M + eps) / ln 2)², which is not the frequency bias; a pixel where the forecast
+  or the observation is NaN is no event in either (NaN spreads through max pooling to the whole
+  pooled block, as in `F.max_pool2d`); a pool that does not divide the frame drops the last
+  rows and columns (the floored output size of `F.max_pool2d`); values outside 0–255 count as
+  they compare (below 0: never an event, above 255: an event at every threshold); there is no
+  HSS. Thresholds must then be ≥ 1. Values are taken on the 0–255 scale: Earthformer's own
+  rescaling of 0–1 data (x / (1/255) in float32) can move a value lying exactly on a threshold
+  by one float32 step, so pass VIL levels.
 """
 
 import numbers
@@ -50,6 +66,8 @@ from spanlift.errors import SettingsError
 
 THRESHOLDS = (16, 74, 133, 160, 181, 219)
 POOLS = (1, 4, 16)
+CONVENTIONS = ("exact", "earthformer")
+EARTHFORMER_EPS = 1e-4
 COUNT_NAMES = ("hits", "misses", "false_alarms", "correct_negatives")
 LEAD_DIMS = ("lead_time", "time")
 FRAME_MINUTES = 10  # SEVIR-LR frames are 10 minutes apart: the default lead-time coordinate
@@ -61,7 +79,8 @@ _NUMPY_READABLE = (torch.uint8, torch.int16, torch.int32, torch.int64, torch.flo
 @dataclass(frozen=True, eq=False)
 class ContingencyCounts:
     """Hits, misses, false alarms and correct negatives (int64), each of shape
-    (pool, threshold) or (pool, threshold, lead_time), for `count` samples.
+    (pool, threshold) or (pool, threshold, lead_time), for `count` samples, counted and to be
+    scored under `convention` ("exact" or "earthformer"; see the module docstring).
 
     Plain numpy arrays and tuples, so it pickles cheaply between processes; `merge` adds two
     parts of a test set exactly. `lead_times` is the lead-time coordinate of per-lead counts
@@ -76,6 +95,7 @@ class ContingencyCounts:
     pools: tuple[int, ...]
     count: int
     lead_times: tuple[Any, ...] | None = None
+    convention: str = "exact"
 
     @property
     def per_lead(self) -> bool:
@@ -99,36 +119,64 @@ class ContingencyCounts:
             return f"different shapes: {self.hits.shape} and {other.hits.shape}"
         if self.lead_times != other.lead_times:
             return f"different lead times: {self.lead_times} and {other.lead_times}"
+        if self.convention != other.convention:
+            return f"different conventions: {self.convention} and {other.convention}"
         return ""
 
     def to_dataset(self) -> xr.Dataset:
-        """The four counts and the scores CSI, HSS, POD, SUCR and BIAS over dims `pool`,
-        `threshold` (and `lead_time`), with the sample count in the attribute `samples`."""
+        """The four counts and the scores (CSI, HSS, POD, SUCR and BIAS; under "earthformer"
+        no HSS) over dims `pool`, `threshold` (and `lead_time`), with attributes `samples` (the
+        sample count) and `convention`. Built in one step from NumPy arrays (fast)."""
         dims = ("pool", "threshold", "lead_time")[: self.hits.ndim]
         coords = {"pool": list(self.pools), "threshold": list(self.thresholds)}
         if self.per_lead:
             coords["lead_time"] = list(self.lead_times or _default_lead_minutes(self.hits.shape[2]))
-        counts = xr.Dataset(
-            {name: (dims, getattr(self, name)) for name in COUNT_NAMES},
+        counts = {name: getattr(self, name) for name in COUNT_NAMES}
+        variables = {**counts, **score_arrays(*counts.values(), convention=self.convention)}
+        return xr.Dataset(
+            {name: (dims, values) for name, values in variables.items()},
             coords=coords,
-            attrs={"samples": self.count},
+            attrs={"samples": self.count, "convention": self.convention},
         )
-        return with_scores(counts)
 
 
-def with_scores(counts: xr.Dataset) -> xr.Dataset:
-    """`counts` (variables hits, misses, false_alarms, correct_negatives) with the scores added;
-    the formulas are in the module docstring, computed in float64 (0/0 gives NaN)."""
-    h, m, f, r = (counts[name].astype(np.float64) for name in COUNT_NAMES)
+def score_arrays(
+    hits: np.ndarray,
+    misses: np.ndarray,
+    false_alarms: np.ndarray,
+    correct_negatives: np.ndarray,
+    convention: str = "exact",
+) -> dict[str, np.ndarray]:
+    """The scores of the counts, in float64, under `convention` (formulas in the module
+    docstring): csi, hss (exact only), pod, sucr, bias."""
+    h, m, f, r = (
+        np.asarray(c, dtype=np.float64) for c in (hits, misses, false_alarms, correct_negatives)
+    )
+    if _checked_convention(convention) == "earthformer":
+        eps = EARTHFORMER_EPS
+        return {
+            "csi": h / (h + m + f + eps),
+            "pod": h / (h + m + eps),
+            "sucr": h / (h + f + eps),
+            "bias": ((h + f) / (h + m + eps) / np.log(2.0)) ** 2,
+        }
     with np.errstate(divide="ignore", invalid="ignore"):
-        scores = {
+        return {
             "csi": h / (h + m + f),
             "hss": 2 * (h * r - f * m) / ((h + m) * (m + r) + (h + f) * (f + r)),
             "pod": h / (h + m),
             "sucr": h / (h + f),
             "bias": (h + f) / (h + m),
         }
-    return counts.assign(scores)
+
+
+def with_scores(counts: xr.Dataset) -> xr.Dataset:
+    """`counts` (variables hits, misses, false_alarms, correct_negatives; attribute
+    `convention`, "exact" when absent) with the scores of that convention added."""
+    convention = counts.attrs.get("convention", "exact")
+    arrays = score_arrays(*(counts[name].values for name in COUNT_NAMES), convention=convention)
+    dims = counts["hits"].dims
+    return counts.assign({name: (dims, values) for name, values in arrays.items()})
 
 
 def contingency_counts(
@@ -137,21 +185,27 @@ def contingency_counts(
     thresholds: Sequence[int] = THRESHOLDS,
     pools: Sequence[int] = POOLS,
     per_lead: bool = False,
+    convention: str = "exact",
 ) -> ContingencyCounts:
     """Contingency tables of `pred` against `target`, both (..., lead_time, H, W) on the VIL scale
     0–255 (numpy, torch or xarray; any float or integer dtype), at each threshold (whole levels,
     event = value ≥ threshold) and each pool (both max-pooled by pool×pool windows first), summed
-    over every leading axis, every pixel and — unless `per_lead` — every lead time.
+    over every leading axis, every pixel and — unless `per_lead` — every lead time. Under
+    convention "earthformer", NaN is no event, out-of-range values count as they compare, and a
+    pool need not divide the frame (module docstring).
 
     A DataArray with a `lead_time` (or `time`) dim has it moved third from last and, for per-lead
     counts, its coordinate kept; otherwise lead times are 10, 20, … minutes (SEVIR-LR frames).
     """
-    thresholds, pools = _checked_thresholds(thresholds), _checked_pools(pools)
-    pred_levels, pred_leads = _whole_levels(pred, "pred")
-    target_levels, target_leads = _whole_levels(target, "target")
-    _check_shapes(pred_levels.shape, target_levels.shape, pools)
+    lenient = _checked_convention(convention) == "earthformer"
+    thresholds, pools = _checked_thresholds(thresholds, lenient), _checked_pools(pools)
+    pred_levels, pred_leads, pred_nan = _whole_levels(pred, "pred", lenient)
+    target_levels, target_leads, target_nan = _whole_levels(target, "target", lenient)
+    _check_shapes(pred_levels.shape, target_levels.shape, () if lenient else pools)
     pred_levels, target_levels = _samples_first(pred_levels), _samples_first(target_levels)
     pred_pooled, target_pooled = _pyramid(pred_levels, pools), _pyramid(target_levels, pools)
+    if pred_nan is not None or target_nan is not None:
+        _no_events_where_nan(pred_pooled, target_pooled, pred_nan, target_nan, pred_levels.shape)
     tables = np.stack(
         [_tables(pred_pooled[pool], target_pooled[pool], thresholds) for pool in pools]
     )
@@ -163,6 +217,7 @@ def contingency_counts(
         pools=pools,
         count=pred_levels.shape[0],
         lead_times=(target_leads or pred_leads) if per_lead else None,
+        convention=convention,
     )
 
 
@@ -172,10 +227,13 @@ def skill_scores(
     thresholds: Sequence[int] = THRESHOLDS,
     pools: Sequence[int] = POOLS,
     per_lead: bool = False,
+    convention: str = "exact",
 ) -> xr.Dataset:
     """`contingency_counts(...).to_dataset()`: counts and scores over pool, threshold (and
-    lead_time). CSI-M is `.csi.sel(pool=1).mean("threshold")`."""
-    return contingency_counts(pred, target, thresholds, pools, per_lead).to_dataset()
+    lead_time), under `convention` ("exact", the default, or "earthformer" to compare with
+    Earthformer's and PreDiff's tables). CSI-M is `.csi.sel(pool=1).mean("threshold")`."""
+    counts = contingency_counts(pred, target, thresholds, pools, per_lead, convention)
+    return counts.to_dataset()
 
 
 def summary(scores: xr.Dataset) -> dict[str, float]:
@@ -183,21 +241,22 @@ def summary(scores: xr.Dataset) -> dict[str, float]:
     and `csi16` (pools 4 and 16), each a mean over thresholds, and `csi_<τ>` per threshold at
     pool 1. A per-lead dataset first has its counts summed over lead time and its scores
     recomputed, so the numbers are those of the whole test set (mode "0"), not a mean of
-    per-lead scores."""
+    per-lead scores. Without an `hss` variable (convention "earthformer") there is no `hss`."""
     missing = [pool for pool in POOLS if pool not in scores.pool.values]
     if missing:
         raise SettingsError(
             f"summary needs pools {POOLS}; the dataset has pools {tuple(scores.pool.values)}"
         )
     if "lead_time" in scores.dims:
-        scores = with_scores(scores[list(COUNT_NAMES)].sum("lead_time"))
+        scores = with_scores(scores[list(COUNT_NAMES)].sum("lead_time", keep_attrs=True))
     csi_m = scores.csi.mean("threshold", skipna=False)
     table = {
         "csi_m": float(csi_m.sel(pool=1)),
         "csi4": float(csi_m.sel(pool=4)),
         "csi16": float(csi_m.sel(pool=16)),
-        "hss": float(scores.hss.sel(pool=1).mean("threshold", skipna=False)),
     }
+    if "hss" in scores:
+        table["hss"] = float(scores.hss.sel(pool=1).mean("threshold", skipna=False))
     for threshold in scores.threshold.values:
         table[f"csi_{threshold:g}"] = float(scores.csi.sel(pool=1, threshold=threshold))
     return table
@@ -247,6 +306,8 @@ def _max_pooled(frames: np.ndarray, pool: int) -> np.ndarray:
     """
     if pool == 1:
         return frames
+    height, width = frames.shape[-2] // pool * pool, frames.shape[-1] // pool * pool
+    frames = frames[..., :height, :width]  # F.max_pool2d's floored output; exact needs none
     columns = frames[..., 0::pool].copy()
     for offset in range(1, pool):
         np.maximum(columns, frames[..., offset::pool], out=columns)
@@ -256,9 +317,13 @@ def _max_pooled(frames: np.ndarray, pool: int) -> np.ndarray:
     return pooled
 
 
-def _whole_levels(values: ArrayLike, name: str) -> tuple[np.ndarray, tuple[Any, ...] | None]:
-    """`values` as uint8 whole VIL levels ⌊v⌋ (..., lead_time, H, W), after checking that they
-    lie in 0–255, and the lead-time coordinate values of a DataArray that has one."""
+def _whole_levels(
+    values: ArrayLike, name: str, lenient: bool = False
+) -> tuple[np.ndarray, tuple[Any, ...] | None, np.ndarray | None]:
+    """`values` as uint8 whole VIL levels ⌊v⌋ (..., lead_time, H, W), the lead-time coordinate
+    values of a DataArray that has one, and where the values are NaN (None if nowhere). Values
+    must lie in 0–255 unless `lenient`, where NaN becomes level 0 and others are clipped to
+    0–255 first (the same events at thresholds 1–255)."""
     lead_times = None
     if isinstance(values, xr.DataArray):
         values, lead_times = _lead_time_third_from_last(values)
@@ -267,14 +332,38 @@ def _whole_levels(values: ArrayLike, name: str) -> tuple[np.ndarray, tuple[Any, 
         values = (values if values.dtype in _NUMPY_READABLE else values.float()).numpy()
     values = np.asarray(values)
     if values.dtype == np.uint8:
-        return values, lead_times
+        return values, lead_times, None
+    if lenient:
+        nan = np.isnan(values) if values.dtype.kind == "f" else None
+        nan = nan if nan is not None and nan.any() else None
+        clipped = np.clip(values, 0, 255)
+        if nan is not None:
+            clipped[nan] = 0
+        return clipped.astype(np.uint8), lead_times, nan
     if values.size:
         low, high = values.min(), values.max()
         if not (low >= 0 and high <= 255):
             raise SettingsError(
                 f"{name} must be VIL on the 0–255 scale; its values span [{low:g}, {high:g}]"
             )
-    return values.astype(np.uint8), lead_times
+    return values.astype(np.uint8), lead_times, None
+
+
+def _no_events_where_nan(
+    pred: dict[int, np.ndarray],
+    target: dict[int, np.ndarray],
+    pred_nan: np.ndarray | None,
+    target_nan: np.ndarray | None,
+    shape: tuple[int, ...],
+) -> None:
+    """Level 0 (no event at thresholds ≥ 1) in both pooled forecast and observation wherever a
+    pooled block of either holds a NaN, as NaN spreads through `F.max_pool2d`."""
+    masks = [mask.reshape(shape) for mask in (pred_nan, target_nan) if mask is not None]
+    either = np.logical_or.reduce(masks).view(np.uint8)
+    for pool, pooled in _pyramid(either, tuple(pred)).items():
+        hidden = pooled.astype(bool)
+        pred[pool] = np.where(hidden, 0, pred[pool])
+        target[pool] = np.where(hidden, 0, target[pool])
 
 
 def _samples_first(frames: np.ndarray) -> np.ndarray:
@@ -311,18 +400,27 @@ def _check_shapes(
             raise SettingsError(f"pool {pool} does not divide the frame size {height}×{width}")
 
 
-def _checked_thresholds(thresholds: Sequence[int]) -> tuple[int, ...]:
-    """Thresholds as a tuple of distinct whole VIL levels 0–255 (Python ints), non-empty."""
-    thresholds = tuple(thresholds)
+def _checked_thresholds(thresholds: Sequence[int], lenient: bool = False) -> tuple[int, ...]:
+    """Thresholds as a tuple of distinct whole VIL levels 0–255 (1–255 when `lenient`, where a
+    NaN or negative value must be no event at every threshold), non-empty."""
+    thresholds, lowest = tuple(thresholds), 1 if lenient else 0
     whole = all(
         isinstance(threshold, numbers.Real)
         and float(threshold).is_integer()
-        and 0 <= threshold <= 255
+        and lowest <= threshold <= 255
         for threshold in thresholds
     )
     if not thresholds or not whole or len(set(thresholds)) != len(thresholds):
-        raise SettingsError(f"thresholds must be distinct whole VIL levels 0–255; got {thresholds}")
+        raise SettingsError(
+            f"thresholds must be distinct whole VIL levels {lowest}–255; got {thresholds}"
+        )
     return tuple(int(threshold) for threshold in thresholds)
+
+
+def _checked_convention(convention: str) -> str:
+    if convention not in CONVENTIONS:
+        raise SettingsError(f"convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    return convention
 
 
 def _checked_pools(pools: Sequence[int]) -> tuple[int, ...]:

@@ -1,10 +1,14 @@
 """Prepared SEVIR-LR window stores: written once from a SEVIR root, read by every run.
 
 A store is a Zarr (`.zarr`) or NetCDF (`.nc`) file holding `vil` (window, time, y, x) uint8, one
-window per compressed chunk, the per-window coordinates of `sevir_windows`, and attributes
-`schema` (SCHEMA), `inputs`, `outputs`, `stride`, `source` (the SEVIR root), `catalog_sha256`
+window per compressed chunk, the per-window coordinates of `sevir_windows` (event, time_utc,
+start_utc), and attributes `schema` (SCHEMA), `inputs`, `outputs`, `stride` (6 by default, as
+Earthformer's and PreDiff's SEVIR-LR configs), `source` (the SEVIR root), `catalog_sha256`
 (SHA-256 of its CATALOG.csv) and `content_sha256` (SHA-256 of all window bytes in window order,
-so two stores holding equal windows have equal hashes whatever their format).
+so two stores holding equal windows have equal hashes whatever their format). The split is not
+stored: `read_windows` adds a `split` coordinate for the protocol asked for (`SplitSettings`).
+
+Reading a window whose compressed chunk is damaged raises DataError naming the store.
 
 A store is written into a temporary sibling folder and renamed into place when complete: an
 interrupted or failed prepare leaves nothing at the target path.
@@ -27,9 +31,16 @@ from tqdm import tqdm
 
 from spanlift.errors import DataError
 from spanlift.nowcasting.sevir import CATALOG_NAME, open_sevir
-from spanlift.nowcasting.windows import sevir_windows, to_sevir_lr
+from spanlift.nowcasting.windows import (
+    DEFAULT_SPLIT,
+    STRIDE,
+    SplitSettings,
+    sevir_windows,
+    split_windows,
+    to_sevir_lr,
+)
 
-SCHEMA = "spanlift-sevir-lr/1"
+SCHEMA = "spanlift-sevir-lr/2"
 PREPARED_NAME = "sevir_lr.zarr"
 STORE_SUFFIXES = (".zarr", ".nc")
 ZSTD_LEVEL = 3
@@ -40,7 +51,7 @@ def prepare_sevir_lr(
     root: Path | str,
     out: Path | str,
     img_type: str = "vil",
-    stride: int = 12,
+    stride: int = STRIDE,
     progress: bool = True,
 ) -> Path:
     """Write the SEVIR-LR windows of the SEVIR root `root` to `out` (.zarr or .nc), replacing
@@ -67,9 +78,11 @@ def prepare_sevir_lr(
     return out
 
 
-def read_windows(path: Path | str) -> xr.Dataset:
+def read_windows(path: Path | str, split: SplitSettings = DEFAULT_SPLIT) -> xr.Dataset:
     """A prepared store (.zarr or .nc), lazily: `vil` stays on disk until indexed; the small
-    per-window coordinates are loaded. Raises DataError unless its schema is SCHEMA."""
+    per-window coordinates are loaded, and `split` ("train", "val", "test", or "" outside the
+    date range) added by `split_windows(…, split)`. Raises DataError unless its schema is
+    SCHEMA."""
     path = Path(path)
     if path.suffix not in STORE_SUFFIXES or not path.exists():
         raise DataError(f"{path}: no prepared .zarr or .nc store there")
@@ -86,24 +99,41 @@ def read_windows(path: Path | str) -> xr.Dataset:
     if "vil" not in store or store["vil"].dims != ("window", "time", "y", "x"):
         raise DataError(f"{path}: expected a variable vil with dims (window, time, y, x)")
     coords = {name: (store[name].dims, _plain(store[name].to_numpy())) for name in store.coords}
-    return store.assign_coords(coords)
+    store = store.assign_coords(coords).assign_attrs(path=str(path))
+    return store.assign_coords(split=("window", split_windows(store, split)))
 
 
-def open_prepared(data: Path) -> xr.Dataset:
-    """The windows of `data`: a SEVIR root (prepared into `<data>/sevir_lr.zarr` on first use and
-    again whenever its CATALOG.csv changes) or a prepared .zarr/.nc store."""
+def open_prepared(data: Path, split: SplitSettings = DEFAULT_SPLIT) -> xr.Dataset:
+    """The windows of `data` with their `split`: a SEVIR root (prepared into
+    `<data>/sevir_lr.zarr` on first use and again whenever its CATALOG.csv changes) or a prepared
+    .zarr/.nc store."""
     data = Path(data)
     if (data / CATALOG_NAME).is_file():
         prepared = data / PREPARED_NAME
         with _exclusive(data / f".{PREPARED_NAME}.lock"):  # concurrent runs prepare it once
             if not _is_current(prepared, catalog_sha256(data)):
                 prepare_sevir_lr(data, prepared)
-        return read_windows(prepared)
+        return read_windows(prepared, split)
     if data.suffix in STORE_SUFFIXES and data.exists():
-        return read_windows(data)
+        return read_windows(data, split)
     raise DataError(
         f"{data}: neither a SEVIR folder with {CATALOG_NAME} nor a prepared .zarr/.nc store"
     )
+
+
+def read_vil(store: xr.Dataset, rows: np.ndarray) -> np.ndarray:
+    """The uint8 frames (window, time, y, x) of the store's windows at `rows`, read now; a chunk
+    that does not decompress or read is a DataError naming the store."""
+    try:
+        return np.asarray(store["vil"].isel(window=rows).values, dtype=np.uint8)
+    except DataError:
+        raise
+    except Exception as error:  # the codec's or HDF5's own error types vary by format
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataError(
+            f"{store.attrs.get('path', 'the prepared store')}: a window could not be read, the "
+            f"file is damaged ({reason}); prepare it again"
+        ) from None
 
 
 def catalog_sha256(root: Path) -> str:
@@ -165,7 +195,8 @@ def _event_slices(windows: xr.Dataset) -> list[slice]:
 
 def _zarr_to_netcdf(source: Path, path: Path) -> Path:
     """Copy a finished Zarr store to NetCDF-4 (h5netcdf), gzip-compressed, one window a chunk."""
-    windows = read_windows(source)
+    windows = read_windows(source).drop_vars("split")
+    windows.attrs.pop("path", None)
     encoding = {
         "vil": {
             "chunksizes": (1, *windows["vil"].shape[1:]),

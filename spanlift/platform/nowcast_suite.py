@@ -34,6 +34,7 @@ from spanlift.nowcasting.plots import EventLabel, plot_frame_strip, plot_lead_ti
 from spanlift.nowcasting.scores import THRESHOLDS
 from spanlift.nowcasting.sevir import CATALOG_NAME
 from spanlift.nowcasting.store import open_prepared
+from spanlift.nowcasting.windows import DEFAULT_SPLIT, SplitSettings
 from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.pool import evaluators_on_ray
@@ -141,6 +142,7 @@ class SuiteRequest:
     lpips_weights: Path | None = None
     tracking_uri: str | None = None
     experiment: str = ""
+    split: SplitSettings = DEFAULT_SPLIT
 
 
 @dataclass
@@ -154,7 +156,10 @@ class SuiteResult:
 
 
 def backbone_options(request: SuiteRequest) -> dict[str, Any]:
-    options: dict[str, Any] = {"data": str(request.data), **request.backbone_options}
+    options: dict[str, Any] = {"data": str(request.data), "split": request.split.split}
+    bounds = {"start": request.split.start, "end": request.split.end}
+    options |= {name: date for name, date in bounds.items() if date is not None}
+    options |= request.backbone_options
     if request.weights:
         options["weights"] = str(request.weights)
     return options
@@ -345,6 +350,7 @@ def record_runs(
             **configuration_params(configuration),
             "solver": label,
             "teacher.train_samples": request.train_samples,
+            "scores.convention": report.skill.convention if report.skill else "",
         }
         metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}
         for timing in TIMINGS:  # reference rows draw no samples: no timing to log
