@@ -54,7 +54,7 @@ def write_synthetic_sevir(
     half-month).
 
     Event i happens at start + (i + ½)/events · (end − start), rounded down to 5 minutes: evenly
-    spread, so with the defaults every date split (train < 2019-01-01 ≤ val < 2019-06-01 ≤ test)
+    spread, so with the defaults every date split (train ≤ 2019-01-01 < val ≤ 2019-06-01 < test)
     gets events."""
     times = event_times(start, end, events)
     if seed < 0:
