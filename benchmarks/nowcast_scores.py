@@ -1,8 +1,10 @@
-"""Frames per second of the SEVIR skill scores: `contingency_counts` (pools 1, 4, 16, all six
-thresholds) against pysteps' `det_cat_fct` looped over thresholds and pools (pooling with numpy
-for pools 4 and 16), on the same synthetic storms at 128² and 384². Asserts both give the same CSI.
+"""Frames per second of the SEVIR skill scores: `skill_scores` (pools 1, 4, 16, all six
+thresholds, the whole xarray Dataset of counts and scores built) against pysteps' `det_cat_fct`
+looped over thresholds and pools (pooling with numpy for pools 4 and 16), on the same synthetic
+storms: evaluator batches of 48 and 72 frames of 128² and a large input (480 frames of 384²).
+Asserts both give the same CSI; prints the median and spread of the repeats.
 
-    python benchmarks/nowcast_scores.py [--frames 48] [--repeats 5] [--threads 2]
+    python benchmarks/nowcast_scores.py [--repeats 7] [--threads 2]
 """
 
 import argparse
@@ -13,10 +15,10 @@ import numpy as np
 import torch
 from pysteps.verification.detcatscores import det_cat_fct
 
-from spanlift.nowcasting.scores import POOLS, THRESHOLDS, contingency_counts
+from spanlift.nowcasting.scores import POOLS, THRESHOLDS, skill_scores
 
 LEAD_TIMES = 6
-SIZES = (128, 384)
+CASES = ((48, 128), (72, 128), (480, 384))  # (frames, size): two test batches, one large input
 
 
 def storms(rng: np.random.Generator, frames: int, size: int) -> np.ndarray:
@@ -59,49 +61,62 @@ def pysteps_csi(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 
 def spanlift_csi(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
-    counts = contingency_counts(pred, target)
-    hits = counts.hits.astype(np.float64)
-    return hits / (hits + counts.misses + counts.false_alarms)
+    return skill_scores(pred, target).csi.values
 
 
-def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    run()  # warm-up
+def repeated_seconds(run: Callable[[], object], repeats: int) -> np.ndarray:
+    """Wall seconds of `repeats` calls of `run`, after one warm-up call."""
+    run()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return np.array(times)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=8 * LEAD_TIMES, help="samples × 6 leads")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument(
         "--threads",
         type=int,
         default=2,
         help="torch CPU threads (the counting itself runs in NumPy)",
     )
+    parser.add_argument(
+        "--cases",
+        default=",".join(f"{frames}x{size}" for frames, size in CASES),
+        help="frames×size pairs, e.g. 48x128,72x128 (frames a multiple of 6 lead times)",
+    )
     args = parser.parse_args()
-    if args.frames % LEAD_TIMES:
-        parser.error(f"--frames must be a multiple of {LEAD_TIMES} (lead times per sample)")
+    cases = [tuple(int(part) for part in case.split("x")) for case in args.cases.split(",")]
+    if any(frames % LEAD_TIMES for frames, _ in cases):
+        parser.error(f"frames must be a multiple of {LEAD_TIMES} (lead times per sample)")
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    samples = args.frames // LEAD_TIMES
-    print(f"{samples} samples × {LEAD_TIMES} lead times, torch threads {args.threads}")
-    print(f"{'size':>5} {'spanlift frames/s':>18} {'pysteps frames/s':>17} {'speed-up':>9}")
-    for size in SIZES:
-        target = storms(rng, args.frames, size).reshape(samples, LEAD_TIMES, size, size)
+    print(f"{args.repeats} repeats (median, min–max), torch threads {args.threads}")
+    print(
+        f"{'frames':>6} {'size':>5} {'spanlift frames/s':>24} {'pysteps frames/s':>22} "
+        f"{'speed-up':>9}"
+    )
+    for frames, size in cases:
+        samples = frames // LEAD_TIMES
+        target = storms(rng, frames, size).reshape(samples, LEAD_TIMES, size, size)
         pred = forecast_of(rng, target)
         np.testing.assert_allclose(spanlift_csi(pred, target), pysteps_csi(pred, target), 1e-12)
-        ours = median_seconds(lambda p=pred, t=target: spanlift_csi(p, t), args.repeats)
-        theirs = median_seconds(lambda p=pred, t=target: pysteps_csi(p, t), args.repeats)
+        ours = repeated_seconds(lambda p=pred, t=target: spanlift_csi(p, t), args.repeats)
+        theirs = repeated_seconds(lambda p=pred, t=target: pysteps_csi(p, t), args.repeats)
         print(
-            f"{size:>4}² {args.frames / ours:>18.0f} {args.frames / theirs:>17.0f} "
-            f"{theirs / ours:>8.1f}×"
+            f"{frames:>6} {size:>4}² {rate(frames, ours):>24} {rate(frames, theirs):>22} "
+            f"{np.median(theirs) / np.median(ours):>8.1f}×"
         )
+
+
+def rate(frames: int, seconds: np.ndarray) -> str:
+    """Frames per second as 'median (min–max)'."""
+    per_second = frames / seconds
+    return f"{np.median(per_second):.0f} ({per_second.min():.0f}–{per_second.max():.0f})"
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmarks import each other as scripts do
 
 import fid_vs_peers  # noqa: E402
+import nowcast_scores  # noqa: E402
 import sampling_vs_peers  # noqa: E402
 import sweep_overhead  # noqa: E402
 import sweep_scaling  # noqa: E402
@@ -133,3 +134,17 @@ def test_evaluator_rate_is_measured_per_repeat(local_ray, tmp_path, digits):
     images = digits.reference_images()[:64]
     rates = sweep_scaling.evaluator_rate(1, images, 2, tmp_path, repeats=2)
     assert len(rates) == 2 and all(rate > 0 for rate in rates)
+
+
+def test_skill_scores_benchmark_agrees_with_pysteps_and_times_both():
+    rng = nowcast_scores.np.random.default_rng(1)
+    target = nowcast_scores.storms(rng, 12, 32).reshape(2, 6, 32, 32)
+    pred = nowcast_scores.forecast_of(rng, target)
+    ours, theirs = (
+        nowcast_scores.spanlift_csi(pred, target),
+        nowcast_scores.pysteps_csi(pred, target),
+    )
+    assert ours.shape == theirs.shape == (3, 6)
+    nowcast_scores.np.testing.assert_allclose(ours, theirs, 1e-12)
+    seconds = nowcast_scores.repeated_seconds(lambda: None, 3)
+    assert seconds.shape == (3,) and "(" in nowcast_scores.rate(12, seconds + 0.1)
