@@ -88,6 +88,17 @@ def test_the_teacher_cache_keeps_conditioning_and_observations(
         assert torch.equal(getattr(again, name), getattr(teacher, name)), name
 
 
+def test_the_teacher_runs_in_small_cpu_batches_with_the_same_endpoints(
+    backbone: NowcastUNet,
+) -> None:
+    """The nowcast net runs fastest on a CPU in batches of 16; the batching changes no endpoint."""
+    assert backbone.sampling_batch() == NowcastUNet.cpu_batch == 16
+    seeds = range(20)
+    batched = generate_teacher(backbone, seeds, EULER3, progress=False)
+    whole = generate_teacher(backbone, seeds, EULER3, batch_size=20, progress=False)
+    torch.testing.assert_close(batched.endpoints, whole.endpoints, rtol=0, atol=1e-5)
+
+
 def test_a_fit_against_the_observations_lowers_its_error_to_them(backbone: NowcastUNet) -> None:
     train = generate_teacher(backbone, range(16), EULER3, progress=False)
     settings = FitSettings(iterations=25, batch_size=8, lr=2e-2, target="observed")

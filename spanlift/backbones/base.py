@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+ACCELERATOR_BATCH = 256
+
 
 class Backbone(nn.Module, ABC):
     """A frozen generative model seen through its denoiser D(x, σ, cond).
@@ -25,6 +27,10 @@ class Backbone(nn.Module, ABC):
     fid_detector: str = "inception"  # the FID detector its samples are scored with by default
     needs: ClassVar[str] = "nothing: embedded, its weights ship with spanlift"
     """What a user must provide to load it (files, opt-ins), as `spanlift backbones` prints it."""
+    cpu_batch: ClassVar[int] = ACCELERATOR_BATCH
+    """Samples per denoiser call when sampling on a CPU: the batch it runs fastest at there. A
+    convolutional net on small frames can run several times faster per sample in small batches,
+    whose activations stay in the CPU's caches; on an accelerator large batches pay."""
 
     @abstractmethod
     def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:
@@ -75,6 +81,10 @@ class Backbone(nn.Module, ABC):
         """Where its weights (or, for an analytic model, its buffers) live; the CPU if neither."""
         tensor = next(iter([*self.parameters(), *self.buffers()]), None)
         return torch.device("cpu") if tensor is None else tensor.device
+
+    def sampling_batch(self) -> int:
+        """Samples per denoiser call where its weights are: `cpu_batch` on a CPU, else 256."""
+        return self.cpu_batch if self.device.type == "cpu" else ACCELERATOR_BATCH
 
     def freeze(self) -> "Backbone":
         self.eval()

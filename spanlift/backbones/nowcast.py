@@ -70,6 +70,7 @@ class NowcastUNet(Backbone):
 
     sigma_min = 0.002
     sigma_max = 80.0
+    cpu_batch = 16  # 1.9 ms per 32×32 window at 16, 5.1 ms at 256 (2 threads)
 
     def __init__(
         self,

@@ -166,18 +166,20 @@ def generate_teacher(
     backbone: Backbone,
     seeds: Sequence[int],
     teacher: SolverSpec = DEFAULT_TEACHER,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     progress: bool = True,
     device: str | torch.device | None = None,
     state_sigmas: Sequence[float] = (),
 ) -> TeacherSet:
     """Run the teacher solver from every seed's noise on `device` (default: where the backbone
-    is, which it then stays on); returns CPU float32 tensors. With `state_sigmas`, also the
+    is, which it then stays on), `batch_size` seeds at a time (default: the backbone's
+    `sampling_batch()` there); returns CPU float32 tensors. With `state_sigmas`, also the
     teacher's states there (see the module docstring)."""
     if device is None:
         device = backbone.device
     else:
         backbone = backbone.to(device)
+    batch_size = batch_size or backbone.sampling_batch()
     solver, picks = teacher_solver(backbone, teacher, state_sigmas)
     solver = solver.to(device)
     noise, endpoints, states = seed_noise(seeds, backbone.shape), [], []
