@@ -148,6 +148,23 @@ def test_evaluator_skill_counts_merge_exactly_and_equal_a_direct_count(
     )
     assert np.array_equal(direct.hits, whole.hits)
     assert whole.hits.shape == (3, 6, 6)  # pools, thresholds, lead times
+    assert whole.convention == "exact"
+
+
+def test_evaluator_counts_skill_under_the_convention_it_is_set_up_with(
+    storms: Path, untrained: Path, tmp_path: Path
+) -> None:
+    """`--convention earthformer` reaches the evaluator's counts, which then score as
+    Earthformer's module does (no HSS, eps in the denominators)."""
+    options = {"data": str(storms), "weights": str(untrained)}
+    setup = EvaluatorSetup("nowcast", "", tmp_path, options, skill_convention="earthformer")
+    seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + 6))
+    skill = Evaluator(setup).solver_states(EULER3, None, seeds, ("skill",))["skill"]
+    assert skill.convention == "earthformer"
+    scores = skill.to_dataset()
+    assert "hss" not in scores and scores.attrs["convention"] == "earthformer"
+    h, m, f = (scores[name].values for name in ("hits", "misses", "false_alarms"))
+    np.testing.assert_allclose(scores.csi.values, h / (h + m + f + 1e-4))
 
 
 def test_lpips_compares_each_forecast_frame_with_the_observed_one(

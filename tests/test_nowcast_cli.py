@@ -57,6 +57,7 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     for run in runs:
         assert {"csi_m", "csi4", "csi16", "hss", "csi_219"} <= set(run.data.metrics)
         assert run.data.params["skill.reference"].startswith("observed frames of nowcast-")
+        assert run.data.params["skill.convention"] == "exact"
     observed = next(r for r in runs if r.data.params["solver"] == "dyweight (mse, observed)")
     assert observed.data.params["fit.target"] == "observed"
     artifacts = {a.path for a in client.list_artifacts(observed.info.run_id)}
@@ -75,6 +76,9 @@ def test_nowcast_eval_prints_the_table_writes_scores_and_plots_and_feeds_the_lea
     assert board.returncode == 0, board.stderr
     assert "higher is better" in board.stdout
     assert "csi16 against skill.reference=observed frames of nowcast-" in board.stdout
+    assert "skill.convention=exact" in board.stdout
+    assert scores.attrs["convention"] == "exact"
+    assert "counts summed, exact convention)" in result.stdout
     for solver in ("ddim", "dyweight (mse, observed)", "teacher ddim 20", "persistence"):
         assert solver in board.stdout
     event = window_event(synth / "data" / "sevir_synth", TEST_SEED_OFFSET)
@@ -149,7 +153,7 @@ solvers:
   - {name: dyweight, nfe: 3, fit: {target: observed}, label: "dyweight (mse, observed)"}
 search: {algorithm: grid, metric: csi16, mode: max}
 fit: {iterations: 3, batch_size: 4, checkpoint_every: 3}
-evaluation: {metrics: [skill], samples: 8, evaluators: 1}
+evaluation: {metrics: [skill], samples: 8, evaluators: 1, skill_convention: earthformer}
 resources: {trial_cpu: 0.1, workers: 1, worker_cpu: 0.8, evaluator_cpu: 0.2}
 """
 
@@ -166,6 +170,8 @@ def test_a_nowcast_sweep_searches_on_skill_and_logs_the_scores(synth: Path) -> N
     assert sorted(r.data.params["solver"] for r in runs) == ["ddim", "dyweight (mse, observed)"]
     for run in runs:
         assert 0 <= run.data.metrics["csi16"] <= 1
+        assert run.data.params["skill.convention"] == "earthformer"
+        assert "hss" not in run.data.metrics  # Earthformer's module has no HSS
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert "skill-scores.nc" in artifacts
     fitted = next(r for r in runs if r.data.params["solver"].startswith("dyweight"))

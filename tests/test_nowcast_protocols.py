@@ -32,6 +32,15 @@ def test_eval_flags_choose_the_split_protocol_and_dates() -> None:
     assert default.split == SplitSettings() and "start" not in backbone_options(default)
 
 
+def test_eval_flag_chooses_the_scoring_convention() -> None:
+    args = ["nowcast", "eval", "--convention", "earthformer", "--no-tracking"]
+    assert suite_request(parser().parse_args(args)).convention == "earthformer"
+    default = suite_request(parser().parse_args(["nowcast", "eval", "--no-tracking"]))
+    assert default.convention == "exact"
+    with pytest.raises(SystemExit):
+        parser().parse_args(["nowcast", "eval", "--convention", "pysteps"])
+
+
 def damage_first_chunk(path: Path, dataset: str) -> None:
     """Overwrite the middle of the first compressed chunk of `dataset`; the size stays."""
     with h5py.File(path, "r") as file:

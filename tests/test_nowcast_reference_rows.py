@@ -1,6 +1,7 @@
 """The table's reference rows: persistence (the last observed frame repeated) and the teacher read
 from its cache, scored with the evaluators' counting and recorded like a solver's row."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,7 @@ def test_persistence_and_cached_teacher_rows_count_like_the_evaluators(tmp_path:
         )
     assert "lpips" in report.unavailable and "AlexNet" in report.unavailable["lpips"]
     assert report.measures["skill.reference"] == f"observed frames of {backbone.identity()}"
+    assert report.measures["skill.convention"] == "exact" == report.skill.convention
     assert np.isnan(report.latency_ms_per_image)
 
     endpoints = torch.randn(len(seeds), *backbone.shape, generator=torch.Generator().manual_seed(1))
@@ -61,6 +63,13 @@ def test_persistence_and_cached_teacher_rows_count_like_the_evaluators(tmp_path:
     forecast_vil = ((frames + 1) * 127.5).clamp(0, 255).numpy()
     hits = teacher.skill.to_dataset().hits.sel(pool=1, threshold=74).values
     np.testing.assert_array_equal(hits, numpy_hits(forecast_vil, vil[:, 7:], 74))
+
+    earthformer = replace(setup, skill_convention="earthformer")
+    counted = score_reference_row(
+        persistence(backbone, seeds), backbone, seeds, earthformer, ("skill",)
+    )
+    assert counted.skill.convention == counted.measures["skill.convention"] == "earthformer"
+    np.testing.assert_array_equal(counted.skill.hits, report.skill.hits)  # values 0–255: same
 
     configuration = Configuration("prediff", {}, PERSISTENCE_SPEC, {})
     params = configuration_params(configuration)

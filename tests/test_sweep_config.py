@@ -123,6 +123,10 @@ def changed(path: list, value: object) -> dict:
             "evaluation.reference: FID reference",  # neither keyword: a statistics file
         ),
         (changed(["evaluation"], {"samples": 0}), "evaluation.samples: expected a positive"),
+        (
+            changed(["evaluation"], {"skill_convention": "pysteps"}),
+            "evaluation.skill_convention: expected one of exact, earthformer",
+        ),
         (changed(["storage"], "ftp://host/runs"), "storage: storage 'ftp://host/runs': ftp://"),
         (changed(["storage"], "s3://"), "storage: storage 's3://' names no bucket"),
         (

@@ -67,6 +67,7 @@ def add_eval(steps: Any) -> None:
 
 
 def eval_options(ev: argparse.ArgumentParser) -> None:
+    from spanlift.nowcasting.scores import CONVENTIONS
     from spanlift.nowcasting.windows import SplitSettings
     from spanlift.platform.fitting.fit import FitSettings
 
@@ -85,6 +86,13 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--train-samples", type=int, default=256, help="teacher samples to fit on")
     ev.add_argument("--test-samples", type=int, default=0, help="0: every held-out window")
     add_field_options(ev, SplitSettings, SPLIT_OPTIONS)
+    ev.add_argument(
+        "--convention",
+        choices=CONVENTIONS,
+        default="exact",
+        help="how skill is counted: the exact definitions, or earthformer to compare with "
+        "Earthformer's and PreDiff's published tables (docs/nowcasting.md)",
+    )
     add_field_options(ev, FitSettings, FIT_OPTIONS, defaults=NOWCAST_FIT)
     ev.add_argument("--weights", type=Path, help=f"denoiser weights (default {NOWCAST_UNET})")
     add_backbone_options(ev, default="nowcast")  # prediff: PreDiff's release, docs/nowcasting.md
@@ -118,7 +126,10 @@ def cmd_eval(args: argparse.Namespace) -> None:
     result = run_suite(suite_request(args), args.address, args.num_cpus)
     experiment = result_experiment(args)
     samples = next(iter(result.reports.values())).samples
-    print(f"\nskill on {samples} held-out windows of {args.data} (VIL ≥ threshold, counts summed)")
+    print(
+        f"\nskill on {samples} held-out windows of {args.data} (VIL ≥ threshold, counts summed, "
+        f"{args.convention} convention)"
+    )
     print(format_table(result))
     for reason in next(iter(result.reports.values())).unavailable.values():
         print(reason)
@@ -161,4 +172,5 @@ def suite_request(args: argparse.Namespace) -> Any:
         tracking_uri=None if args.no_tracking else resolve_tracking_uri(args.tracking_uri),
         experiment=result_experiment(args),
         split=split,
+        convention=args.convention,
     )

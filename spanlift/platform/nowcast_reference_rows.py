@@ -100,7 +100,12 @@ def score_reference_row(
     for start in range(0, len(seeds), BATCH):
         part = slice(start, start + BATCH)
         forecast, observed = row.forecast(part), backbone.observations(seeds[part])
-        counts = contingency_counts(sample_to_vil(forecast), sample_to_vil(observed), per_lead=True)
+        counts = contingency_counts(
+            sample_to_vil(forecast),
+            sample_to_vil(observed),
+            per_lead=True,
+            convention=setup.skill_convention,
+        )
         state: dict[str, Any] = {"skill": counts}
         if lpips_model is not None:
             state["lpips"] = frame_lpips(lpips_model, forecast, observed)

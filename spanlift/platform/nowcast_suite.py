@@ -143,6 +143,7 @@ class SuiteRequest:
     tracking_uri: str | None = None
     experiment: str = ""
     split: SplitSettings = DEFAULT_SPLIT
+    convention: str = "exact"  # how skill is counted: "exact" or "earthformer" (scores.py)
 
 
 @dataclass
@@ -183,6 +184,7 @@ def run_suite(
         options,
         lpips_weights=request.lpips_weights,
         teacher=request.teacher,
+        skill_convention=request.convention,
     )
     start_ray(address, request.out, num_cpus)
     # the actors load the backbone while this process builds the teacher sets and fits
@@ -350,7 +352,6 @@ def record_runs(
             **configuration_params(configuration),
             "solver": label,
             "teacher.train_samples": request.train_samples,
-            "scores.convention": report.skill.convention if report.skill else "",
         }
         metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}
         for timing in TIMINGS:  # reference rows draw no samples: no timing to log

@@ -50,6 +50,7 @@ class EvaluatorSetup:
     lpips_weights: Path | None = None  # AlexNet; None: torch's hub cache
     teacher: SolverSpec = DEFAULT_TEACHER  # LPIPS compares with its samples from the same seeds
     image_reward_weights: Path | None = None  # folder of ImageReward.pt, med_config.json
+    skill_convention: str = "exact"  # or "earthformer": how skill is counted (nowcasting/scores.py)
 
 
 class Evaluator:
@@ -135,7 +136,10 @@ class Evaluator:
             if "skill" in metrics:
                 self.check_observed(observed)
                 part["skill"] = contingency_counts(
-                    sample_to_vil(samples), sample_to_vil(observed), per_lead=True
+                    sample_to_vil(samples),
+                    sample_to_vil(observed),
+                    per_lead=True,
+                    convention=self.setup.skill_convention,
                 )
             parts.append(part)
         return merge_states(parts)

@@ -103,13 +103,17 @@ def image_reward_measure(setup: EvaluatorSetup, traits: Traits) -> dict[str, str
 
 
 def skill_measure(setup: EvaluatorSetup, traits: Traits) -> dict[str, str]:
-    """Skill scores are measured against the backbone's observations."""
+    """Skill scores are measured against the backbone's observations, counted under the setup's
+    convention (exact definitions, or Earthformer's: nowcasting/scores.py)."""
     if not traits.observed:
         raise MetricUnavailable(
             f"skill scores unavailable: backbone {setup.backbone!r} has no observations "
             "(they score nowcasting backbones)"
         )
-    return {"skill.reference": f"observed frames of {traits.identity}"}
+    return {
+        "skill.reference": f"observed frames of {traits.identity}",
+        "skill.convention": setup.skill_convention,
+    }
 
 
 MEASURES = {"lpips": lpips_measure, "image_reward": image_reward_measure, "skill": skill_measure}

@@ -123,6 +123,9 @@ class EvaluationConfig:
     (~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth)."""
     image_reward_weights: Path | None = None
     """Folder with ImageReward.pt and med_config.json; None: ~/.cache/ImageReward."""
+    skill_convention: str = "exact"
+    """How nowcasting skill is counted: exact, or earthformer (Earthformer's and PreDiff's
+    tables; nowcasting/scores.py)."""
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,7 @@ def _use_gpu(reader: _Reader) -> bool | str:
 
 
 def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
+    from spanlift.nowcasting.scores import CONVENTIONS
     from spanlift.platform.detectors.registry import DETECTORS
     from spanlift.platform.evaluation.reference import read_statistics
     from spanlift.platform.evaluation.run_eval import METRICS
@@ -289,6 +293,7 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
         "reference_samples",
         "lpips_weights",
         "image_reward_weights",
+        "skill_convention",
     )
     defaults = EvaluationConfig()
     metrics = tuple(e.get("metrics", list, list(defaults.metrics)))
@@ -302,6 +307,9 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     if reference not in ("dataset", "teacher"):  # a statistics file, relative to the sweep file
         reference = str((folder / Path(reference).expanduser()).resolve())
         _checked(e, "reference", lambda: read_statistics(Path(reference)))
+    convention = e.get("skill_convention", str, defaults.skill_convention)
+    if convention not in CONVENTIONS:
+        e.fail("skill_convention", convention, f"one of {', '.join(CONVENTIONS)}")
     return EvaluationConfig(
         metrics,
         e.positive_int("samples", defaults.samples),
@@ -311,6 +319,7 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
         e.positive_int("reference_samples", defaults.reference_samples),
         lpips_weights=_optional_path(e.get("lpips_weights", str, None), folder),
         image_reward_weights=_optional_path(e.get("image_reward_weights", str, None), folder),
+        skill_convention=convention,
     )
 
 

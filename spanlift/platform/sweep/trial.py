@@ -297,6 +297,7 @@ def evaluator_setup(config: SweepConfig, root: Path) -> EvaluatorSetup:
         lpips_weights=evaluation.lpips_weights,
         image_reward_weights=evaluation.image_reward_weights,
         teacher=config.teacher.solver,
+        skill_convention=evaluation.skill_convention,
     )
 
 

@@ -19,7 +19,7 @@ class Metric:
     against: tuple[str, ...] = ()  # the run params that say what a value is relative to
 
 
-SKILL_AGAINST = ("skill.reference", "eval.samples")
+SKILL_AGAINST = ("skill.reference", "skill.convention", "eval.samples")
 THRESHOLDS = (16, 74, 133, 160, 181, 219)
 SKILL_METRICS = (
     Metric("csi_m", "max", "CSI averaged over the VIL thresholds", SKILL_AGAINST),
