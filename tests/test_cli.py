@@ -19,6 +19,8 @@ def test_solvers_lists_every_solver_with_settings(capsys):
     for name in SOLVERS.names():
         assert name in out
     assert "kernel_size=3" in out and "order=3" in out
+    assert "cites: Lu et al., 2022 (DPM-Solver++)" in out
+    assert "reference: LuChengTHU/dpm-solver" in out
 
 
 def test_backbones_lists_every_backbone(capsys):

@@ -23,6 +23,9 @@ def cmd_solvers(args: argparse.Namespace) -> None:
     for name, cls in SOLVERS:
         settings = ", ".join(f"{k}={v!r}" for k, v in solver_settings(cls).items())
         print(f"{name:<14} {summary(cls)}\n{'':<14} settings: {settings or '-'}")
+        for label, value in (("cites", cls.citation), ("reference", cls.reference)):
+            if value:
+                print(f"{'':<14} {label}: {value}")
 
 
 def cmd_backbones(args: argparse.Namespace) -> None:

@@ -125,6 +125,8 @@ class AMED(IntermediatePointSolver):
     """AMED-Solver: x_{i+1} = x_i + h_i c_i d(x_i + (s_i − σ_i) d_i, s_i), s_i = σ_i^{1−r_i} σ_{i+1}^{r_i}."""
 
     name = "amed"
+    citation = "Zhou et al., CVPR 2024 (AMED)"
+    reference = "zju-pi/diff-sampler amed-solver-main"
 
     def __init__(
         self,
@@ -197,6 +199,8 @@ class AMEDPlugin(IntermediatePointSolver):
     """AMED-Plugin: a base multistep solver on σ_0, s_0, σ_1, …, σ_N, the landing on σ_{i+1} scaled by c_i."""
 
     name = "amed_plugin"
+    citation = "Zhou et al., CVPR 2024 (AMED)"
+    reference = "zju-pi/diff-sampler amed-solver-main"
     steps_by_direction = False  # two substeps per step on the interleaved grid (`steps`)
 
     def __init__(

@@ -78,6 +78,10 @@ class Solver(nn.Module):
     """
 
     name: ClassVar[str]
+    citation: ClassVar[str] = ""
+    """The paper that defines the solver, e.g. "Lu et al., 2022 (DPM-Solver++)"."""
+    reference: ClassVar[str] = ""
+    """Its authors' code that spanlift is checked against: repository and file or function."""
     buffer_size: int = 1
     supervision: ClassVar[str] = "endpoint"
     input_slack: float = 0.0

@@ -31,6 +31,8 @@ class DPMSolverPP(Solver):
     """DPM-Solver++ multistep (2M/3M) in data prediction over logSNR, one NFE per step."""
 
     name = "dpm_solver_pp"
+    citation = "Lu et al., 2022 (DPM-Solver++)"
+    reference = "LuChengTHU/dpm-solver dpm_solver_pytorch.py"
 
     def __init__(
         self,

@@ -18,6 +18,8 @@ class Heun(Solver):
     """Heun (EDM): second order, 2 evaluations per step, Euler on the last step."""
 
     name = "heun"
+    citation = "Karras et al., NeurIPS 2022 (EDM), Algorithm 1"
+    reference = "NVlabs/edm generate.py edm_sampler"
 
     @classmethod
     def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:

@@ -46,6 +46,8 @@ class LD3(OnBase):
     """
 
     name = "ld3"
+    citation = "Tong et al., ICLR 2025 (LD3)"
+    reference = "vinhsuhi/LD3"
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ class S4SAlt(LearnedMultistep):
     """S4S-Alt: Δ_i = Σ_j c_{i,j} d_{i−j} (init iPNDM) on a learned LD3 grid, fitted alternately."""
 
     name = "s4s_alt"
+    citation = "Frankel et al., ICML 2025 (S4S)"
 
     def __init__(
         self,

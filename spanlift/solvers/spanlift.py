@@ -35,6 +35,8 @@ class SpanLift(OnBase):
     """SpanLift: base solver + FiLM-conditioned residual operator (scalar / pointwise / spatial)."""
 
     name = "spanlift"
+    citation = "the SpanLift paper"
+    reference = "this package"
 
     def __init__(
         self,
