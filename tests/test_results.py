@@ -69,7 +69,7 @@ def test_the_fit_cache_builds_each_solver_once_and_fits_it_once(gmm, tmp_path, m
     builds, fits = [], []
     counted = fit_cache.build
     monkeypatch.setattr(
-        fit_cache, "build", lambda spec, bb: builds.append(spec) or counted(spec, bb)
+        fit_cache, "build", lambda spec, bb, seed=0: builds.append(spec) or counted(spec, bb, seed)
     )
 
     def fit_one(solver: Solver, out: Path) -> Fitted:

@@ -21,9 +21,10 @@ class SigmaRange(Protocol):
     shape: tuple[int, ...]
 
 
-def build(spec: SolverSpec, backbone: SigmaRange) -> Solver:
-    """The solver of `spec` over the backbone's σ range and channels."""
-    return build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
+def build(spec: SolverSpec, backbone: SigmaRange, seed: int = 0) -> Solver:
+    """The solver of `spec` over the backbone's σ range and channels, its initial weights drawn
+    from `seed` (`build_solver`)."""
+    return build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0], seed)
 
 
 def load_solver(spec: SolverSpec, checkpoint: Path | None, backbone: SigmaRange) -> Solver:

@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from spanlift.errors import SettingsError, UnreachableNFEError
 from spanlift.solvers.base import Solver
 from spanlift.solvers.registry import SOLVERS
@@ -97,7 +99,20 @@ def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any], schedule: str =
     )
 
 
-def build_solver(spec: SolverSpec, sigma_min: float, sigma_max: float, channels: int) -> Solver:
+def build_solver(
+    spec: SolverSpec, sigma_min: float, sigma_max: float, channels: int, seed: int = 0
+) -> Solver:
+    """The solver of `spec` on its schedule's grid over [σ_min, σ_max].
+
+    Its initial weights are a pure function of the spec and `seed` (a fit passes its own): they
+    are drawn as torch draws them after `torch.manual_seed(seed)`, whatever random numbers the
+    process drew before, and the process's random state is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _build(spec, sigma_min, sigma_max, channels)
+
+
+def _build(spec: SolverSpec, sigma_min: float, sigma_max: float, channels: int) -> Solver:
     check_settings(spec.name, spec.settings)
     steps = steps_for_nfe(spec.name, spec.nfe, spec.settings, spec.schedule)
     if not 0 < sigma_min < sigma_max:

@@ -133,7 +133,7 @@ class FitCache:
             return fitted.path
 
         spec = on_fitted_base(spec, backbone, fit_base)
-        solver = build(spec, backbone)
+        solver = build(spec, backbone, seed=self.template.fit.get("seed", 0))
         if not is_learnable(solver):
             return Fitted(solver, seconds=base_seconds)
         cached = self.find(spec)
