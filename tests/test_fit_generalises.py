@@ -44,7 +44,7 @@ def test_a_fit_never_ends_worse_than_where_it_started_on_held_out_seeds(gmm, gmm
     assert all(torch.equal(solver.state_dict()[k], v) for k, v in start.items())
     _, held = split_validation(train, settings.validation)
     loss = objective(solver, settings, gmm)
-    assert validation_loss(solver, loss, held, 32) == pytest.approx(result.validation[0])
+    assert validation_loss(solver, loss, held) == pytest.approx(result.validation[0])
 
 
 def test_the_kept_state_is_the_best_validation_state(gmm, gmm_teacher):
@@ -56,7 +56,7 @@ def test_the_kept_state_is_the_best_validation_state(gmm, gmm_teacher):
     assert result.best_iteration == best > 0
     assert sorted(result.validation) == [0, 10, 20, 30, 40, 50, 60]
     _, held = split_validation(train, settings.validation)
-    kept = validation_loss(solver, objective(solver, settings, gmm), held, 32)
+    kept = validation_loss(solver, objective(solver, settings, gmm), held)
     assert kept == pytest.approx(result.validation[best], rel=1e-5)
 
 

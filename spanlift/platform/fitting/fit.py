@@ -11,10 +11,18 @@ declares trajectory supervision (AMED, EPD) is matched at each of its grid point
 and one that declares an input slack r (LD3) may move each training noise within a ball:
 x_T' = x_T + δ with ‖δ‖ ≤ r ‖x_T‖, δ learned per training seed (LD3's soft teacher loss).
 
-A fraction `validation` of the teacher set is held out (its last seeds). The loss on it is measured
-before the first iteration and every `validate_every` iterations; the fit ends with the state of
-the lowest validation loss (iteration 0 included, so a solver that starts as its base, like
-SpanLift, never ends worse than its base on held-out seeds). AdamW (`weight_decay`, 0: Adam) with
+The kept state is chosen on validation seeds: the validation teacher set a caller passes (a sweep's
+and `spanlift fit`'s validation seeds, `spanlift.seeds`), else a fraction `validation` of the
+teacher set held out (its last seeds). The loss on it is measured before the first iteration and
+every `validate_every` iterations, in G = min(32, seeds) groups of seeds. A later state must earn
+its place: it may replace the starting state only when it beats it by more than the noise of that
+comparison,
+
+    mean_g (L_0,g − L_t,g) > 2 · sd_g(L_0,g − L_t,g) / √G      (paired over the same groups),
+
+and among the states that do, the fit keeps the one of lowest validation loss; when none does, it
+keeps its starting state (so a solver that starts as its base, like SpanLift, never ends
+significantly worse than its base on seeds it never saw). AdamW (`weight_decay`, 0: Adam) with
 linear warm-up and cosine decay, gradient-norm clipping, deterministic under a seed.
 `fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
 torch.distributed is initialised (each rank draws its own batches), hands `report` its metrics
@@ -29,6 +37,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
+from torch import Tensor
 from tqdm import tqdm
 
 from spanlift.backbones import Backbone
@@ -80,8 +89,9 @@ class FitSettings:
     weight_decay: float = 0.0
     """AdamW's decoupled weight decay; 0 is Adam."""
     validation: float = 0.1
-    """Fraction of the teacher set held out to choose the kept state: the fit keeps the state of
-    the lowest loss on it, its starting state included; 0: keep the last state."""
+    """Fraction of the teacher set held out to choose the kept state when no validation set is
+    given (a sweep and `spanlift fit` give one: their validation seeds); 0: keep the last
+    state."""
     validate_every: int = 25
     """Steps between validation losses."""
 
@@ -209,16 +219,41 @@ def split_validation(teacher: TeacherSet, fraction: float) -> tuple[TeacherSet, 
     return teacher.subset(slice(0, cut)), teacher.subset(slice(cut, None))
 
 
+VALIDATION_GROUPS = 32
+"""Groups of validation seeds whose losses pair a later state with the starting state."""
+NOISE_MULTIPLE = 2.0
+"""How many paired standard errors a later state must beat the starting state by."""
+
+
 @torch.no_grad()
-def validation_loss(
-    solver: Solver, loss: Objective, validation: TeacherSet, batch_size: int
-) -> float:
-    """The mean batch loss over the whole validation set (no slack, no DDP)."""
-    total = 0.0
-    for start in range(0, len(validation), batch_size):
-        part = validation.subset(slice(start, start + batch_size))
-        total += loss(solver, part, None).item() * len(part)
-    return total / len(validation)
+def validation_losses(solver: Solver, loss: Objective, validation: TeacherSet) -> Tensor:
+    """The loss of each of min(VALIDATION_GROUPS, N) groups of consecutive validation seeds (sizes
+    differing by at most one; no slack, no DDP)."""
+    groups = torch.arange(len(validation)).tensor_split(min(VALIDATION_GROUPS, len(validation)))
+    return torch.tensor([loss(solver, validation.subset(g), None).item() for g in groups])
+
+
+def mean_loss(groups: Tensor, validation: TeacherSet) -> float:
+    """The mean loss over the validation seeds, from the groups' losses (weighted by size)."""
+    sizes = torch.arange(len(validation)).tensor_split(len(groups))
+    weights = torch.tensor([len(s) for s in sizes], dtype=groups.dtype)
+    return float((groups * weights).sum() / weights.sum())
+
+
+def validation_loss(solver: Solver, loss: Objective, validation: TeacherSet) -> float:
+    """The mean loss over the whole validation set."""
+    return mean_loss(validation_losses(solver, loss, validation), validation)
+
+
+def earns_its_place(start: Tensor, later: Tensor) -> bool:
+    """Whether a later state beats the starting state by more than the noise of the comparison:
+    mean_g(L_0,g − L_t,g) > NOISE_MULTIPLE · sd_g / √G over the same G groups (with one group,
+    any gain)."""
+    gain = start - later
+    if len(gain) < 2:
+        return bool(gain.sum() > 0)
+    noise = NOISE_MULTIPLE * gain.std() / math.sqrt(len(gain))
+    return bool(gain.mean() > noise)
 
 
 def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
@@ -262,13 +297,19 @@ def fit(
     report: Report | None = None,
     progress: bool = True,
     resume: FitState | None = None,
+    validation: TeacherSet | None = None,
 ) -> FitResult:
     """Train the solver's trainable parameters to match the teacher (module docstring); the
-    solver ends with the state of the lowest validation loss."""
+    solver ends with the kept state: the best validation state that earned its place, else its
+    starting state. `validation`: the seeds that choose it (default: the last `settings.validation`
+    of the teacher set, held out from training)."""
     params = trainable(solver)
     torch.manual_seed(settings.seed)
     loss = objective(solver, settings, backbone)
-    train, validation = split_validation(teacher, settings.validation)
+    if validation is None:
+        train, validation = split_validation(teacher, settings.validation)
+    else:
+        train = teacher
     steps = Optimization.set_up(solver, params, train, settings)
     result = FitResult()
     if resume:
@@ -292,11 +333,11 @@ def fit(
         last = done == settings.iterations
         metrics = {"iteration": done, "loss": value, "lr": steps.schedule.get_last_lr()[0]}
         if validation is not None and (done % settings.validate_every == 0 or last):
-            metrics["val_loss"] = result.validation[done] = validation_loss(
-                solver, loss, validation, settings.batch_size
-            )
-            if metrics["val_loss"] < best["loss"]:
-                best = {"iteration": done, "loss": metrics["val_loss"], "state": state_copy(solver)}
+            groups = validation_losses(solver, loss, validation)
+            metrics["val_loss"] = result.validation[done] = mean_loss(groups, validation)
+            if metrics["val_loss"] < best["loss"] and earns_its_place(best["start"], groups):
+                best = {**best, "iteration": done, "loss": metrics["val_loss"]}
+                best["state"] = state_copy(solver)
         if last and best["state"] is not None:
             solver.load_state_dict(best["state"])  # the kept state is what the last report saves
         bar.set_postfix(loss=f"{value:.3g}")
@@ -324,7 +365,8 @@ def trainable(solver: Solver) -> list[torch.nn.Parameter]:
 
 Best = dict[str, Any]
 """The kept state so far: its iteration, its validation loss and the solver's weights (None
-while the starting state is kept without a copy)."""
+while the starting state is kept without a copy), and the starting state's group losses
+(`start`) every later state is compared with."""
 
 
 def starting_best(
@@ -337,9 +379,15 @@ def starting_best(
     """The best state before the first update: the starting state scored on the validation set,
     or, with nothing held out, a placeholder for the last state."""
     if validation is None:
-        return {"iteration": settings.iterations, "loss": math.inf, "state": None}
-    result.validation[0] = validation_loss(solver, loss, validation, settings.batch_size)
-    return {"iteration": 0, "loss": result.validation[0], "state": state_copy(solver)}
+        return {"iteration": settings.iterations, "loss": math.inf, "state": None, "start": None}
+    start = validation_losses(solver, loss, validation)
+    result.validation[0] = mean_loss(start, validation)
+    return {
+        "iteration": 0,
+        "loss": result.validation[0],
+        "state": state_copy(solver),
+        "start": start,
+    }
 
 
 @dataclass
