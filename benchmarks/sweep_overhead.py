@@ -25,6 +25,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import mlflow
@@ -73,12 +74,24 @@ def sequential(sweep: Path) -> float:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sweep-sequential-") as folder:
         backbone = load_backbone(config.backbone, **config.backbone_options)
-        train_seeds, test_seeds = sweep_seeds(config)
         teacher = config.teacher.solver
-        train = load_or_generate(Path(folder), backbone, train_seeds, teacher, progress=False)
-        test = load_or_generate(Path(folder), backbone, test_seeds, teacher, progress=False)
+        sets = {
+            role: load_or_generate(Path(folder), backbone, seeds, teacher, progress=False)
+            for role, seeds in sweep_seeds(config).items()
+        }
         for entry, spec in config.grid():
-            compare([spec], backbone, train, test, config.fit_of(entry), Path(folder), False)
+            fit = config.fit_of(entry)
+            for seed in config.replicate_seeds(entry):
+                compare(
+                    [spec],
+                    backbone,
+                    sets["train"],
+                    sets["test"],
+                    replace(fit, seed=seed),
+                    Path(folder),
+                    False,
+                    validation=sets["validation"],
+                )
     return time.perf_counter() - start
 
 

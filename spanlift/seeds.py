@@ -1,14 +1,20 @@
 """Which seeds play which part. A seed fixes a sample's noise (and, for conditional backbones, its
-conditioning), so the ranges never overlap:
+conditioning), so the roles never share a seed:
 
-    [0, 10⁹)          training seeds: teacher endpoints a solver is fitted on
-    [10⁹, 2·10⁹)      held-out test seeds: endpoint RMSE, nowcasting skill
-    [2·10⁹, 3·10⁹)    FID and other sample metrics (`spanlift eval --seed-offset` starts them
-                      elsewhere, e.g. at 0 for EDM's `generate.py` seeds)
-    [3·10⁹, …)        the teacher's own samples as an FID reference
+    [0, T)              training seeds: teacher endpoints a solver is fitted on
+    [T, T + V)          validation seeds: every choice (the fit's kept state, the searcher, the
+                        leaderboard's configuration per solver); validation sample metrics (FID
+                        for a search) continue this range
+    [10⁹, 2·10⁹)        held-out test seeds: endpoint RMSE, nowcasting skill (reported only)
+    [2·10⁹, 3·10⁹)      FID and other sample metrics (`spanlift eval --seed-offset` starts them
+                        elsewhere, e.g. at 0 for EDM's `generate.py` seeds)
+    [3·10⁹, …)          the teacher's own samples as an FID reference
 
-A conditional backbone maps training seeds to its training data and every other seed to its
-held-out data (`held_out`).
+T and V are a sweep's `teacher.train_samples` and `teacher.validation_samples`. Validation seeds
+lie in the training range, so a conditional backbone draws them from its training data, never from
+its held-out data (which the test seeds use), and from other rows of it than the training seeds
+while T + V is at most the data's size. A conditional backbone maps training-range seeds to its
+training data and every other seed to its held-out data (`held_out`).
 """
 
 TEST_SEED_OFFSET = 10**9
@@ -28,3 +34,17 @@ def offset_in_range(seed: int) -> int:
     """How far `seed` is from the first seed of its range (so each range can start again at the
     first item of a list, e.g. the first evaluation prompt)."""
     return seed - max(first for first in RANGE_STARTS if first <= seed)
+
+
+def role_seeds(train: int, validation: int, test: int) -> dict[str, range]:
+    """The seeds of each role for `train`, `validation` and `test` samples (module docstring)."""
+    return {
+        "train": range(train),
+        "validation": range(train, train + validation),
+        "test": range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + test),
+    }
+
+
+def describe(seeds: range) -> str:
+    """A seed range as a run records it, e.g. `1000000000..1000000255 (256)`."""
+    return f"{seeds.start}..{seeds.stop - 1} ({len(seeds)})" if len(seeds) else "none"

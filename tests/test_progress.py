@@ -226,7 +226,7 @@ def test_console_settings_quiet_or_verbose() -> None:
     assert quiet["verbose"] == 0 and isinstance(quiet["callbacks"][0], ProgressCallback)
     assert quiet["callbacks"][0].progress.total == 2
     restored = pickle.loads(pickle.dumps(quiet["callbacks"][0]))  # Tune pickles its RunConfig
-    assert restored.progress.metric == "rmse" and restored.console.stream is None
+    assert restored.progress.metric == "val_rmse" and restored.console.stream is None
     assert console_settings(True, config, total=2, concurrency=1) == {"verbose": 1, "callbacks": []}
 
 

@@ -194,18 +194,31 @@ def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("cpus", "gpus", "use_gpu", "trials"),
     [
-        (2.0, 0, False, 2),  # two fits at once
-        (1.1, 0, False, 2),  # beside a 0.9-CPU evaluator: one fit, one trial scoring or waiting
-        (1.05, 0, False, 1),  # no room for a second trial's own 0.1 CPU
-        (15.0, 1, True, 2),  # one GPU left beside the evaluator's: one fit, one more trial
+        (3.8, 0, False, 2),  # two fits at once
+        (2.0, 0, False, 2),  # beside an evaluator: one fit, one trial scoring or waiting
+        (1.95, 0, False, 1),  # no room for a second trial's own 0.1 CPU
+        (15.0, 1, True, 2),  # one fit's GPU left beside the evaluator's: one fit, one more trial
         (15.0, 2, True, 3),
     ],
 )
 def test_trials_at_once_always_leave_one_fit_placeable(cpus, gpus, use_gpu, trials) -> None:
+    """Fits on Ray Train workers (two of 0.9 CPU): the trials waiting with their own CPUs never
+    keep one fit's workers from being placed."""
+    bundle = TrialBundle(trial_cpu=0.1, workers=2, worker_cpu=0.9, use_gpu=use_gpu, worker_gpu=0.5)
+    assert concurrent_trials(bundle, cpus, gpus) == trials
+    assert trials * bundle.trial_cpu + bundle.workers * bundle.worker_cpu <= cpus + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "use_gpu", "trials"),
+    [(2.0, 0, False, 2), (1.7, 0, False, 1), (15.0, 1, True, 1), (15.0, 2, True, 2)],
+)
+def test_a_one_worker_fit_holds_its_share_in_the_trial_itself(cpus, gpus, use_gpu, trials) -> None:
+    """With one worker the fit runs in the trial's own process, which holds the worker's share:
+    as many trials at once as shares fit, no Ray Train worker to leave room for."""
     bundle = TrialBundle(trial_cpu=0.1, workers=1, worker_cpu=0.9, use_gpu=use_gpu)
     assert concurrent_trials(bundle, cpus, gpus) == trials
-    # However many trials wait with their own CPUs, one trial's workers can still be placed.
-    assert trials * bundle.trial_cpu + bundle.workers * bundle.worker_cpu <= cpus + 1e-9
+    assert bundle.trial_resources() == {"cpu": 0.9, **({"gpu": 1.0} if use_gpu else {})}
 
 
 EDM_SWEEPS = {  # file: (reference statistics it names, configurations)

@@ -89,13 +89,21 @@ class Configuration:
         """The identity of the fitted weights."""
         return digest(self._fit_parts())
 
+    def _run_parts(self) -> dict[str, Any]:
+        return {
+            **self._fit_parts(),
+            "test": self.teacher.get("test", ""),
+            "evaluation": self.evaluation,
+            "checkpoint": self.checkpoint,
+        }
+
     def key(self) -> str:
         """The identity of the evaluated result: the MLflow run."""
-        return digest(
-            {
-                **self._fit_parts(),
-                "test": self.teacher.get("test", ""),
-                "evaluation": self.evaluation,
-                "checkpoint": self.checkpoint,
-            }
-        )
+        return digest(self._run_parts())
+
+    def replicate_key(self) -> str:
+        """The identity of the result up to the fit seed: the runs that are replicates of one
+        configuration share it."""
+        parts = self._run_parts()
+        parts["fit"] = {k: v for k, v in self.fit.items() if k != "seed"}
+        return digest(parts)

@@ -29,7 +29,8 @@ raylet prints a warning about it on the console. 8: the warning comes at 40 proc
 
 @dataclass(frozen=True)
 class TrialBundle:
-    """What one trial holds while it runs: its own CPU share plus its Ray Train workers."""
+    """What one trial holds while it runs: with one worker, its own process holds the worker's
+    share and fits in it; with more, its own CPU share plus its Ray Train workers."""
 
     trial_cpu: float
     workers: int
@@ -38,12 +39,23 @@ class TrialBundle:
     worker_gpu: float = 1.0
 
     @property
+    def in_process(self) -> bool:
+        return self.workers == 1
+
+    @property
     def cpus(self) -> float:
-        return self.trial_cpu + self.workers * self.worker_cpu
+        own = 0.0 if self.in_process else self.trial_cpu
+        return own + self.workers * self.worker_cpu
 
     @property
     def gpus(self) -> float:
         return self.workers * self.worker_gpu if self.use_gpu else 0
+
+    def trial_resources(self) -> dict[str, float]:
+        """The resources of the trial's own process (Tune's `with_resources`)."""
+        if not self.in_process:
+            return {"cpu": self.trial_cpu}
+        return {"cpu": self.worker_cpu, **({"gpu": self.worker_gpu} if self.use_gpu else {})}
 
 
 @dataclass(frozen=True)
@@ -159,10 +171,15 @@ def check_fits(bundle: TrialBundle, reserved: Reserved, local: bool) -> int:
             f"the cluster has {available.get('GPU', 0.0):g}"
         )
     elif bundle.cpus > cpus + 1e-9:
-        problems.append(
-            f"{bundle.cpus:g} CPUs per trial (trial_cpu {bundle.trial_cpu:g} + {bundle.workers} "
-            f"workers × worker_cpu {bundle.worker_cpu:g}) but {held}"
+        parts = (
+            f"worker_cpu {bundle.worker_cpu:g}"
+            if bundle.in_process
+            else (
+                f"trial_cpu {bundle.trial_cpu:g} + {bundle.workers} workers × worker_cpu "
+                f"{bundle.worker_cpu:g}"
+            )
         )
+        problems.append(f"{bundle.cpus:g} CPUs per trial ({parts}) but {held}")
     if bundle.gpus > max(gpus, 0) + 1e-9:
         problems.append(
             f"{bundle.gpus:g} GPUs per trial ({bundle.workers} workers × worker_gpu "
@@ -183,10 +200,13 @@ def check_fits(bundle: TrialBundle, reserved: Reserved, local: bool) -> int:
 
 
 def concurrent_trials(bundle: TrialBundle, cpus: float, gpus: float) -> int:
-    """Trials whose fits run at once on `cpus` and `gpus`, plus one more when its own small
-    bundle fits in what is left: it scores on the evaluators (an analytic solver) or waits for
-    the workers of the next fit, which never deadlocks since one fit's workers always fit."""
+    """Trials whose fits run at once on `cpus` and `gpus`; with Ray Train workers, one more when
+    its own small bundle fits in what is left: it scores on the evaluators (an analytic solver)
+    or waits for the workers of the next fit, which never deadlocks since one fit's workers
+    always fit."""
     by_cpu = int((cpus + 1e-9) // bundle.cpus)
     by_gpu = int((gpus + 1e-9) // bundle.gpus) if bundle.gpus else by_cpu
     fits = max(1, min(by_cpu, by_gpu))
+    if bundle.in_process:
+        return fits
     return fits + (1 if cpus - fits * bundle.cpus >= bundle.trial_cpu - 1e-9 else 0)

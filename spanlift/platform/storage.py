@@ -158,6 +158,14 @@ class Storage:
         if self.remote and self.names(path):
             self.filesystem.delete_dir(self.remote_path(path))
 
+    def discard(self, path: Path) -> None:
+        """Delete the file at `path`, this node's copy and the storage's."""
+        Path(path).unlink(missing_ok=True)
+        if self.remote:
+            target = self.remote_path(path)
+            if self.filesystem.get_file_info(target).type == pafs.FileType.File:
+                self.filesystem.delete_file(target)
+
     def fetch_stored(self, path: Path | str | None) -> None:
         """`fetch` a path of this storage that this node lacks; other paths are left alone."""
         if path is None or not self.remote:

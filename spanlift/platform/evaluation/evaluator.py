@@ -27,7 +27,7 @@ from spanlift.platform.evaluation.image_reward import image_reward_state, load_i
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
 from spanlift.platform.evaluation.states import MeanState, merge_states
 from spanlift.platform.sampling.rollout import on_device, rollout, seed_noise
-from spanlift.platform.sampling.score import GRID_COLUMNS, score
+from spanlift.platform.sampling.score import GRID_COLUMNS, Score, score
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, read_teacher
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
@@ -168,14 +168,19 @@ class Evaluator:
 
     @torch.no_grad()
     def score(
-        self, spec: SolverSpec, checkpoint: Path | None, test: Path, images: int = GRID_COLUMNS
-    ) -> tuple[dict[str, float], dict[str, Tensor]]:
-        """Endpoint RMSE against the teacher set in folder `test`, latency per image, and the
-        first `images` samples of teacher and solver (uint8) for a sample grid."""
-        start = time.perf_counter()
+        self,
+        spec: SolverSpec,
+        checkpoint: Path | None,
+        test: Path,
+        validation: Path | None = None,
+        images: int = GRID_COLUMNS,
+    ) -> tuple[Score, dict[str, Tensor]]:
+        """The solver's errors against the teacher set in folder `test` (and its RMSE against the
+        one in `validation`), latency per image, and the first `images` samples of teacher and
+        solver (uint8) for a sample grid (`sampling.score.score`)."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
-        result, samples = score(solver, self.backbone, read_teacher(test), images, self.device)
-        return {**result.metrics(), "eval_seconds": time.perf_counter() - start}, samples
+        held = None if validation is None else read_teacher(validation)
+        return score(solver, self.backbone, read_teacher(test), images, self.device, held)
 
     def timed_rollout(
         self, solver: torch.nn.Module, noise: Tensor, cond: Tensor | None = None

@@ -1,6 +1,8 @@
 """Fit (where learnable) and score a list of solvers against the same teacher: the comparison table.
 
-A SpanLift whose base is itself learnable and has no `base_checkpoint` is fitted in two stages, as
+Each solver is fitted on the training seeds, its kept state chosen on the validation seeds, and
+scored on both the validation and the held-out test seeds (`spanlift.seeds`), as a sweep does. A
+SpanLift whose base is itself learnable and has no `base_checkpoint` is fitted in two stages, as
 in the paper: the base first, then the operator on the frozen fitted base. Fitted solvers are kept
 in the results' fit cache (results/fit_cache.py) in the working folder.
 """
@@ -28,6 +30,8 @@ class Row:
     fit_seconds: float
     ms_per_image: float
     checkpoint: str = ""
+    val_rmse: float | None = None
+    seed: int = 0
 
 
 def fit_spec(
@@ -37,38 +41,49 @@ def fit_spec(
     settings: FitSettings,
     workdir: Path,
     progress: bool = True,
+    validation: TeacherSet | None = None,
 ) -> Fitted:
-    """The solver of `spec`, fitted on `train` if it has parameters (a base it needs first).
+    """The solver of `spec`, fitted on `train` if it has parameters (a base it needs first), its
+    kept state chosen on `validation` (default: a held-out part of `train`, `FitSettings`).
 
     Fitted solvers are kept in the fit cache in `workdir`, so a base or solver already fitted
     the same way, by this comparison or an earlier one, is loaded, not fitted again.
     """
+    cache = workdir / "teacher-cache"
 
     def fit_here(solver: Solver, out: Path) -> Fitted:
-        teacher = teacher_for(solver, train, backbone, workdir / "teacher-cache")
-        result = fit(solver, backbone, teacher, settings, progress=progress)
+        teacher = teacher_for(solver, train, backbone, cache)
+        held = None if validation is None else teacher_for(solver, validation, backbone, cache)
+        result = fit(solver, backbone, teacher, settings, progress=progress, validation=held)
         save_solver(out, solver, metadata=fit_record(result, settings))
         return Fitted.from_checkpoint(solver, out, result.seconds)
 
-    return FitCache(workdir, fit_configuration(spec, backbone, train, settings)).fitted(
-        spec, backbone, fit_here
-    )
+    configuration = fit_configuration(spec, backbone, train, settings, validation)
+    return FitCache(workdir, configuration).fitted(spec, backbone, fit_here)
+
+
+def set_digest(teacher: TeacherSet) -> str:
+    """A teacher set's identity: its cache key and the digest of its endpoints, so a subset or
+    an unsaved set is its own."""
+    endpoints = teacher.endpoints.detach().cpu().contiguous().numpy().tobytes()
+    return digest([teacher.key, hashlib.sha256(endpoints).hexdigest()])
 
 
 def fit_configuration(
-    spec: SolverSpec, backbone: Backbone, train: TeacherSet, settings: FitSettings
+    spec: SolverSpec,
+    backbone: Backbone,
+    train: TeacherSet,
+    settings: FitSettings,
+    validation: TeacherSet | None = None,
 ) -> Configuration:
-    """What produces `spec`'s fitted weights here: the backbone, the training teacher set (its
-    cache key and the digest of its endpoints, so a subset or an unsaved set is its own), the
-    fit settings."""
-    endpoints = hashlib.sha256(
-        train.endpoints.detach().cpu().contiguous().numpy().tobytes()
-    ).hexdigest()
+    """What produces `spec`'s fitted weights here: the backbone, the training (and validation)
+    teacher sets, the fit settings."""
+    sets = set_digest(train) + ("" if validation is None else f"|{set_digest(validation)}")
     return Configuration(
         backbone.identity(),
         {},
         spec,
-        teacher_identity(train.teacher, digest([train.key, endpoints])),
+        teacher_identity(train.teacher, sets),
         fit=settings.to_dict(),
     )
 
@@ -93,18 +108,27 @@ def compare(
     workdir: Path,
     progress: bool = True,
     grid: Path | None = None,
+    validation: TeacherSet | None = None,
 ) -> list[Row]:
-    """Fit where learnable, then score each spec on `test`; optionally save a PNG of samples."""
+    """Fit where learnable (kept state chosen on `validation`), then score each spec on `test`
+    (and `validation`); optionally save a PNG of samples."""
     for spec in specs:  # every spec is checked before any work starts
         build(spec, backbone)
     rows, samples = [], {}
     for spec in specs:
-        fitted = fit_spec(spec, backbone, train, settings, workdir, progress)
+        fitted = fit_spec(spec, backbone, train, settings, workdir, progress, validation)
         checkpoint = str(fitted.path or "")
-        result, images = score(fitted.solver, backbone, test)
+        result, images = score(fitted.solver, backbone, test, validation=validation)
         rows.append(
             Row(
-                spec.label(), spec.nfe, result.rmse, fitted.seconds, result.ms_per_image, checkpoint
+                spec.label(),
+                spec.nfe,
+                result.rmse,
+                fitted.seconds,
+                result.ms_per_image,
+                checkpoint,
+                result.val_rmse,
+                settings.seed,
             )
         )
         samples.update(images)
@@ -114,12 +138,22 @@ def compare(
 
 
 def format_table(rows: list[Row]) -> str:
-    """Rows sorted by NFE then RMSE, as an aligned text table."""
+    """Rows sorted by NFE then validation RMSE (what a choice reads), as an aligned text table
+    with the test RMSE beside it; a seed column when the rows have several fit seeds."""
     width = max([len("solver"), *(len(r.solver) for r in rows)])
-    header = f"{'solver':<{width}} {'NFE':>3} {'RMSE vs teacher':>16} {'fit s':>7} {'ms/img':>7}"
+    seeded = len({r.seed for r in rows}) > 1
+    seed_head = f" {'seed':>4}" if seeded else ""
+    header = (
+        f"{'solver':<{width}}{seed_head} {'NFE':>3} {'val RMSE':>9} {'test RMSE':>10} "
+        f"{'fit s':>7} {'ms/img':>7}"
+    )
     lines = [header, "-" * len(header)]
-    for r in sorted(rows, key=lambda r: (r.nfe, r.rmse)):
+    ordered = sorted(rows, key=lambda r: (r.nfe, r.val_rmse if r.val_rmse is not None else r.rmse))
+    for r in ordered:
+        seed = f" {r.seed:>4}" if seeded else ""
+        val = f"{r.val_rmse:>9.4f}" if r.val_rmse is not None else f"{'-':>9}"
         lines.append(
-            f"{r.solver:<{width}} {r.nfe:>3} {r.rmse:>16.4f} {r.fit_seconds:>7.1f} {r.ms_per_image:>7.2f}"
+            f"{r.solver:<{width}}{seed} {r.nfe:>3} {val} {r.rmse:>10.4f} "
+            f"{r.fit_seconds:>7.1f} {r.ms_per_image:>7.2f}"
         )
     return "\n".join(lines)

@@ -1,8 +1,12 @@
-"""A solver scored against a teacher set: endpoint RMSE, latency per image, sample images.
+"""A solver scored against teacher sets: endpoint errors per seed, RMSE, latency, sample images.
 
-    RMSE = sqrt(mean (Φ_S(x_T) − Φ*(x_T))²)   over the teacher set's seeds
+    e_s  = sqrt(mean over pixels (Φ_S(x_s) − Φ*(x_s))²)     the error of seed s
+    RMSE = sqrt(mean_s e_s²)                                 over the teacher set's seeds
 
-The comparison table and a sweep trial's teacher evaluation report these numbers.
+On the test seeds the score reports RMSE, the median and 90th percentile of e_s and keeps every
+e_s (a run stores them, so two solvers can be compared on the same seeds); on the validation
+seeds, the RMSE every choice is made on (`val_rmse`). The comparison table and a sweep trial
+report these numbers.
 """
 
 import math
@@ -21,6 +25,29 @@ GRID_COLUMNS = 8
 
 
 @torch.no_grad()
+def sample_errors(
+    solver: Solver,
+    backbone: Backbone,
+    teacher: TeacherSet,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+) -> torch.Tensor:
+    """e_s = sqrt(mean over pixels (Φ_S(x_s) − Φ*(x_s))²) for every seed of the teacher set
+    (float64, in the set's order)."""
+    errors = []
+    for start in range(0, len(teacher), batch_size):
+        part = teacher.subset(slice(start, start + batch_size))
+        endpoint = rollout(solver, backbone, part.noise.to(device), on_device(part.cond, device))
+        error = (endpoint - part.endpoints.to(device)).double()
+        errors.append(error.square().flatten(1).mean(dim=1).sqrt().cpu())
+    return torch.cat(errors)
+
+
+def rmse_of(errors: torch.Tensor) -> float:
+    """RMSE = sqrt(mean_s e_s²) from the per-seed errors (every seed has as many pixels)."""
+    return math.sqrt(float(errors.square().mean()))
+
+
 def endpoint_rmse(
     solver: Solver,
     backbone: Backbone,
@@ -29,13 +56,7 @@ def endpoint_rmse(
     device: str | torch.device = "cpu",
 ) -> float:
     """sqrt(mean (Φ_S(x_T) − Φ*(x_T))²) over a teacher set."""
-    total = 0.0
-    for start in range(0, len(teacher), batch_size):
-        part = teacher.subset(slice(start, start + batch_size))
-        endpoint = rollout(solver, backbone, part.noise.to(device), on_device(part.cond, device))
-        error = endpoint - part.endpoints.to(device)
-        total += error.square().sum().item()
-    return math.sqrt(total / teacher.endpoints.numel())
+    return rmse_of(sample_errors(solver, backbone, teacher, batch_size, device))
 
 
 @torch.no_grad()
@@ -57,14 +78,30 @@ def latency_ms(
 
 @dataclass(frozen=True)
 class Score:
-    """A solver scored against a teacher set: the comparison's and a sweep trial's numbers."""
+    """A solver scored on the test seeds (and the validation seeds when given): the comparison's
+    and a sweep trial's numbers."""
 
     rmse: float
     nfe: int
     ms_per_image: float
+    seeds: torch.Tensor
+    """The test seeds, in the order of `errors`."""
+    errors: torch.Tensor
+    """e_s of each test seed."""
+    val_rmse: float | None = None
 
     def metrics(self) -> dict[str, float]:
-        return {"rmse": self.rmse, "nfe": float(self.nfe), "ms_per_image": self.ms_per_image}
+        """rmse, error_median, error_p90, nfe, ms_per_image and, when scored, val_rmse."""
+        quantiles = torch.quantile(self.errors, torch.tensor([0.5, 0.9], dtype=self.errors.dtype))
+        validation = {} if self.val_rmse is None else {"val_rmse": self.val_rmse}
+        return {
+            "rmse": self.rmse,
+            "error_median": float(quantiles[0]),
+            "error_p90": float(quantiles[1]),
+            "nfe": float(self.nfe),
+            "ms_per_image": self.ms_per_image,
+            **validation,
+        }
 
 
 @torch.no_grad()
@@ -74,10 +111,15 @@ def score(
     test: TeacherSet,
     images: int = GRID_COLUMNS,
     device: str | torch.device = "cpu",
+    validation: TeacherSet | None = None,
 ) -> tuple[Score, dict[str, torch.Tensor]]:
-    """Endpoint RMSE on `test`, latency per image over 64 seeds, and the first `images` samples
-    (uint8) of the teacher and of the solver, for a sample grid."""
-    rmse = endpoint_rmse(solver, backbone, test, device=device)
+    """Errors and RMSE on `test` (and RMSE on `validation` when given), latency per image over 64
+    seeds, and the first `images` samples (uint8) of the teacher and of the solver, for a sample
+    grid."""
+    errors = sample_errors(solver, backbone, test, device=device)
+    val_rmse = (
+        None if validation is None else endpoint_rmse(solver, backbone, validation, device=device)
+    )
     first = test.subset(slice(0, 64))
     noise, cond = first.noise.to(device), on_device(first.cond, device)
     ms = latency_ms(solver, backbone, noise, cond)
@@ -87,4 +129,5 @@ def score(
         "teacher": backbone.to_images(shown.endpoints.to(device)).cpu(),
         f"{solver.spec.label()} nfe={solver.nfe}": backbone.to_images(endpoints).cpu(),
     }
-    return Score(rmse, solver.nfe, ms), samples
+    result = Score(rmse_of(errors), solver.nfe, ms, test.seeds.clone(), errors, val_rmse)
+    return result, samples

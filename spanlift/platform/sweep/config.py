@@ -43,12 +43,18 @@ class SolverEntry:
     settings: dict[str, Any] = field(default_factory=dict)
     search: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     fit: dict[str, Any] = field(default_factory=dict)
-    """Fit settings of this entry that differ from the sweep's `fit` (loss, target, …)."""
+    """Fit settings of this entry that differ from the sweep's `fit` (loss, target, …, and
+    `seeds`, its replicates)."""
     label: str = ""
     """The name its runs carry on the leaderboard (default: the solver's name), so one solver
     fitted two ways is ranked as two rows, e.g. `spanlift (pooled, teacher)`."""
     schedule: str = "edm"
     """The σ grid (see `spanlift.solvers.schedules`); `edm_to_zero` is EDM's own protocol."""
+
+    @property
+    def fit_settings(self) -> dict[str, Any]:
+        """The entry's own fit settings (its `fit:` without the replicates' `seeds`)."""
+        return {k: v for k, v in self.fit.items() if k != "seeds"}
 
     def grid(self) -> list[SolverSpec]:
         keys = list(self.search)
@@ -68,7 +74,12 @@ class SolverEntry:
 
 @dataclass(frozen=True)
 class Resources:
+    """What a trial holds. With one worker (`workers: 1`) a trial fits in its own process, which
+    holds `worker_cpu` (and `worker_gpu`); with more, the trial's process holds `trial_cpu` and
+    its fit runs on Ray Train workers of `worker_cpu` (and `worker_gpu`) each, in DDP."""
+
     trial_cpu: float = 0.1
+    """CPUs of a trial's own process while Ray Train workers fit (`workers` > 1)."""
     workers: int = 1
     worker_cpu: float = 0.9
     use_gpu: bool | str = "auto"
@@ -86,6 +97,17 @@ class Resources:
     @property
     def evaluator_cpus(self) -> float:
         return self.evaluator_cpu or self.worker_cpu
+
+    @property
+    def fits_in_trial(self) -> bool:
+        """A single-worker fit runs in the trial's own process: no Ray Train controller and
+        worker group to start for it (they buy nothing for one worker)."""
+        return self.workers == 1
+
+    @property
+    def fit_threads(self) -> int:
+        """torch's threads for a fit in the trial's process: its whole CPUs, at least one."""
+        return max(1, int(self.worker_cpu + 1e-9))
 
     def uses_gpus(self, gpus: float, evaluators: int) -> bool:
         """`use_gpu` resolved on a cluster with `gpus` GPUs: "auto" packs the Train workers'
@@ -108,7 +130,10 @@ class EvaluationConfig:
 
     metrics: tuple[str, ...] = ()
     samples: int = 1000
-    """Samples scored per configuration."""
+    """Samples scored per configuration (test seeds)."""
+    validation_samples: int | None = None
+    """Samples on validation seeds for a sample metric the sweep searches on (FID, say); None:
+    as many as `samples`."""
     evaluators: int = 1
     """Evaluator actors, each holding the backbone and the metrics' networks."""
     detector: str | None = None
@@ -134,8 +159,11 @@ class TeacherConfig:
     """The solver whose endpoints the fits match."""
     train_samples: int = 1024
     """Teacher endpoints to fit on (training seeds)."""
+    validation_samples: int = 256
+    """Teacher endpoints every choice is made on (validation seeds: the fit's kept state, the
+    searcher, the leaderboard's configuration per solver)."""
     test_samples: int = 256
-    """Held-out teacher endpoints to score on (test seeds)."""
+    """Held-out teacher endpoints the reported values are measured on (test seeds)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +183,21 @@ class SweepConfig:
     tracking_uri: str | None = None  # None: --tracking-uri, MLFLOW_TRACKING_URI, or the default
     storage: str = DEFAULT_STORAGE
     source: str = ""
+    seeds: tuple[int, ...] = ()
+    """The fit seeds of every learned configuration (`fit: {seeds: [0, 1, 2]}`): one replicate,
+    its own run, per seed; (): `fit.seed` alone."""
+
+    @property
+    def search_metric(self) -> str:
+        """What the searcher, the progress view's best and the sweep's best read: the search
+        metric on validation seeds."""
+        return f"val_{self.metric}"
+
+    @property
+    def needs_evaluators(self) -> bool:
+        """Whether the sweep starts evaluator actors: for sample metrics, and to score fits that
+        ran on Ray Train workers (a trial in its own process scores its fit itself)."""
+        return bool(self.evaluation.metrics) or not self.resources.fits_in_trial
 
     def trials(self) -> list[SolverSpec]:
         """Every configuration of the grid, in file order."""
@@ -166,7 +209,12 @@ class SweepConfig:
 
     def fit_of(self, entry: SolverEntry) -> FitSettings:
         """The fit settings of an entry: the sweep's, with the entry's own on top."""
-        return self.fit.updated(entry.fit)
+        return self.fit.updated(entry.fit_settings)
+
+    def replicate_seeds(self, entry: SolverEntry) -> tuple[int, ...]:
+        """The fit seeds of an entry's learned configurations: the entry's `fit.seeds`, else the
+        sweep's, else its fit seed alone."""
+        return tuple(entry.fit.get("seeds") or self.seeds or (self.fit_of(entry).seed,))
 
     def as_dict(self) -> dict[str, Any]:
         """The validated sweep, defaults filled in, as plain data (stored with the Tune state)."""
@@ -252,10 +300,10 @@ def _solver_entry(data: Any, path: str, source: str, folder: Path) -> SolverEntr
         search[key] = tuple(values)
     fit = _fit_paths(r.get("fit", dict, {}, "a mapping of fit settings"), folder)
     for key in fit:
-        if key not in FitSettings.names():
-            r.error(
-                f"fit.{key}", f"unknown key; the keys here are: {', '.join(FitSettings.names())}"
-            )
+        if key not in FIT_KEYS:
+            r.error(f"fit.{key}", f"unknown key; the keys here are: {', '.join(FIT_KEYS)}")
+    if "seeds" in fit:
+        fit = {**fit, "seeds": _seeds(r.child("fit"), fit["seeds"])}
     entry = SolverEntry(name, nfe, settings, search, fit, r.get("label", str, ""), schedule)
     for spec in entry.grid():
         _checked(r, "settings", lambda spec=spec: check_settings(spec.name, spec.settings))
@@ -264,6 +312,22 @@ def _solver_entry(data: Any, path: str, source: str, folder: Path) -> SolverEntr
         )
         _checked(r, "settings", lambda spec=spec: build_solver(spec, *PROBE_SIGMAS, channels=1))
     return entry
+
+
+FIT_KEYS = (*FitSettings.names(), "seeds")
+"""What a `fit:` section takes: the fit settings, and `seeds`, the replicates' fit seeds."""
+
+
+def _seeds(reader: _Reader, value: Any) -> tuple[int, ...]:
+    """`fit.seeds`: a non-empty list of distinct non-negative integers."""
+    ok = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+    )
+    if not ok or len(set(value)) != len(value):
+        reader.fail("seeds", value, "a non-empty list of distinct non-negative integer fit seeds")
+    return tuple(value)
 
 
 PROBE_SIGMAS = (EDM_SIGMA_MIN, EDM_SIGMA_MAX)
@@ -287,6 +351,7 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     e.only(
         "metrics",
         "samples",
+        "validation_samples",
         "evaluators",
         "detector",
         "reference",
@@ -313,6 +378,7 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     return EvaluationConfig(
         metrics,
         e.positive_int("samples", defaults.samples),
+        e.positive_int("validation_samples", None) if "validation_samples" in e.data else None,
         e.positive_int("evaluators", defaults.evaluators),
         detector,
         reference,
@@ -381,7 +447,15 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
     _checked(b, "name", lambda: BACKBONES.get(backbone_name))
 
     t = r.child("teacher", {})
-    t.only("solver", "nfe", "schedule", "settings", "train_samples", "test_samples")
+    t.only(
+        "solver",
+        "nfe",
+        "schedule",
+        "settings",
+        "train_samples",
+        "validation_samples",
+        "test_samples",
+    )
     teacher = _teacher(t)
     solvers_data = r.get("solvers", list, expected="a list of solvers to compare")
     if not solvers_data:
@@ -400,16 +474,17 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         s.fail("mode", mode, "'min' or 'max'")
 
     f = r.child("fit", {})
-    f.only(*FitSettings.names())
+    f.only(*FIT_KEYS)
+    seeds = _seeds(f, f.data["seeds"]) if "seeds" in f.data else ()
     try:
-        fit = FitSettings(**_fit_paths(f.data, folder))
+        fit = FitSettings(**_fit_paths({k: v for k, v in f.data.items() if k != "seeds"}, folder))
     except SpanliftError as exc:
         raise SweepConfigError(f"{source}: fit: {exc}") from None
     if fit.loss not in LOSSES:
         f.fail("loss", fit.loss, f"one of {', '.join(LOSSES.names())}")
     for i, entry in enumerate(solvers):
         try:
-            fit.updated(entry.fit)
+            fit.updated(entry.fit_settings)
         except SpanliftError as exc:
             raise SweepConfigError(f"{source}: solvers[{i}].fit: {exc}") from None
 
@@ -449,6 +524,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         tracking_uri=_tracking_uri(tracking.get("uri", str, None), folder),
         storage=stored_at(storage, folder),
         source=source,
+        seeds=seeds,
     )
 
 
@@ -471,6 +547,7 @@ def _teacher(t: _Reader) -> TeacherConfig:
             t.get("settings", dict, dict(defaults.solver.settings)),
         ),
         t.positive_int("train_samples", defaults.train_samples),
+        t.positive_int("validation_samples", defaults.validation_samples),
         t.positive_int("test_samples", defaults.test_samples),
     )
 

@@ -69,7 +69,7 @@ def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
     space = {"trial": optuna.distributions.CategoricalDistribution(indices)}
     sampler = optuna.samplers.GridSampler({"trial": indices}, seed=0)
     searcher = FinalMetricOptunaSearch(
-        space, metric=config.metric, mode=config.mode, sampler=sampler
+        space, metric=config.search_metric, mode=config.mode, sampler=sampler
     )
     return searcher, len(indices)
 
@@ -95,7 +95,7 @@ def tpe_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
     sampler = optuna.samplers.TPESampler(seed=config.fit.seed)
     space = SolverSpace(config)
     searcher = FinalMetricOptunaSearch(
-        space, metric=config.metric, mode=config.mode, sampler=sampler
+        space, metric=config.search_metric, mode=config.mode, sampler=sampler
     )
     return searcher, config.num_samples
 
@@ -117,12 +117,18 @@ class TrialName:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) if self.folder else name
 
 
+def trial_bundle(config: SweepConfig) -> TrialBundle:
+    """What one trial of the sweep holds while it runs."""
+    r = config.resources
+    return TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu, r.worker_gpu)
+
+
 def make_tuner(
     context: SweepContext, resume: bool, concurrency: int, verbose: bool = False
 ) -> tune.Tuner:
     config = context.config
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, context=context), {"cpu": config.resources.trial_cpu}
+        tune.with_parameters(run_trial, context=context), trial_bundle(config).trial_resources()
     )
     where = context.store.ray_storage(TUNE_NAME)
     searcher, samples = SEARCHERS[config.algorithm](config)
@@ -231,15 +237,13 @@ def run_sweep(
     config = with_gpu_choice(config)
     r = config.resources
     evaluators = Reserved(
-        config.evaluation.evaluators, r.evaluator_cpus, r.evaluator_gpu if r.use_gpu else 0
+        config.evaluation.evaluators if config.needs_evaluators else 0,
+        r.evaluator_cpus,
+        r.evaluator_gpu if r.use_gpu else 0,
     )
-    concurrency = check_fits(
-        TrialBundle(r.trial_cpu, r.workers, r.worker_cpu, r.use_gpu, r.worker_gpu),
-        evaluators,
-        address is None,
-    )
+    concurrency = check_fits(trial_bundle(config), evaluators, address is None)
     t = config.teacher
-    seeds = t.train_samples + t.test_samples
+    seeds = t.train_samples + t.validation_samples + t.test_samples
     stages.begin(
         "preparing the teacher", f"{t.solver.label()} nfe={t.solver.nfe} on {seeds} seeds, cached"
     )
@@ -248,7 +252,8 @@ def run_sweep(
     tags = source_tags(f"spanlift sweep {path}")
     parent = open_sweep_run(runs, config, root, tags)
     try:
-        stages.begin("starting the evaluators", evaluators.describe())
+        if evaluators.count:
+            stages.begin("starting the evaluators", evaluators.describe())
         setup = evaluator_setup(config, root)
         with running_evaluators(
             setup, evaluators.count, evaluators.cpus, evaluators.gpus, store

@@ -9,9 +9,11 @@
                       folder (`ray-logs`, and Tune's driver-side messages in `sweep.log`), and
                       `spanlift sweep --verbose` brings the old view back
 
-A finished trial reads `✓ dyweight nfe=3  rmse 0.2368  (57.3 s, fit 0.4 s)`, a failed one
+A finished trial reads `✓ dyweight nfe=3  val_rmse 0.2301 · rmse 0.2368  (57.3 s, fit 0.4 s)`
+(with `× 3 seeds` when it has replicates: their means), a failed one
 `✗ dyweight nfe=3: TrainingDivergedError: ...`, and the status
-`sweep 3/23 · 2 running · 1 from MLflow · best rmse nfe=3 0.2368, nfe=4 0.1201 · eta ~4 min`.
+`sweep 3/23 · 2 running · 1 from MLflow · best val_rmse nfe=3 0.2301, nfe=4 0.1190 · eta ~4 min`:
+the best is chosen on validation seeds, as the searcher chooses.
 """
 
 import logging
@@ -107,6 +109,7 @@ class SweepProgress:
 
     total: int
     metric: str
+    """The search metric on validation seeds, `val_<metric>`: what "best" reads."""
     mode: str = "min"
     concurrency: int = 1
     clock: Callable[[], float] = time.monotonic
@@ -161,15 +164,26 @@ class SweepProgress:
         self.best[int(nfe)] = value if best is None else better(best, value)
 
     def finished_line(self, label: str, result: Mapping[str, Any], seconds: float | None) -> str:
-        """`✓ dyweight nfe=3  rmse 0.2368  (57.3 s, fit 0.4 s)`."""
-        value = result.get(self.metric)
-        score = f"{self.metric} {value:.4g}" if is_number(value) else f"{self.metric} ?"
+        """`✓ dyweight nfe=3  val_rmse 0.2301 · rmse 0.2368  (57.3 s, fit 0.4 s)`."""
+        score = " · ".join(
+            f"{name} {value:.4g}" if is_number(value) else f"{name} ?"
+            for name, value in self.values(result)
+        )
+        replicates = result.get("replicates", 1)
+        if is_number(replicates) and replicates > 1:
+            score += f"  × {replicates:.0f} seeds"
         if result.get("reused"):
             return f"✓ {label}  {score}  (from MLflow)"
         times = [f"{seconds:.1f} s"] if seconds is not None else []
         fit = result.get("fit_seconds")
         times += [f"fit {fit:.1f} s"] if is_number(fit) and fit > 0 else []
         return f"✓ {label}  {score}" + (f"  ({', '.join(times)})" if times else "")
+
+    def values(self, result: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """The search metric on validation seeds, then on test seeds when reported."""
+        test = self.metric.removeprefix("val_")
+        shown = [(self.metric, result.get(self.metric))]
+        return shown + ([(test, result[test])] if test in result and test != self.metric else [])
 
     def eta(self) -> float | None:
         """Seconds left: the mean duration of trials that ran (not those taken from MLflow) for
@@ -325,7 +339,7 @@ def console_settings(
     none and the progress view."""
     if verbose:
         return {"verbose": 1, "callbacks": []}
-    progress = SweepProgress(total, config.metric, config.mode, concurrency)
+    progress = SweepProgress(total, config.search_metric, config.mode, concurrency)
     return {"verbose": 0, "callbacks": [ProgressCallback(progress, SpecLabel(config))]}
 
 

@@ -28,7 +28,8 @@ class SweepSummary:
     model_loads: int = 0
     """Backbone loads by trial processes and evaluator actors (Train workers load their own)."""
     best: dict[str, Any] = field(default_factory=dict)
-    """The best finished configuration by the search metric: its name and value."""
+    """The best finished configuration by the search metric on validation seeds: its name, that
+    value and the metric on test seeds (the replicates' means)."""
     metric: str = ""
     mode: str = "min"
     """The search metric and whether lower (`min`) or higher is better."""
@@ -52,23 +53,26 @@ def configuration_name(result: Any, config: SweepConfig) -> str:
 
 
 def best_of(finished: list[Any], config: SweepConfig) -> dict[str, Any]:
+    """The finished configuration with the best validation value, with its test value."""
     if not finished:
         return {}
     pick = min if config.mode == "min" else max
-    top = pick(finished, key=lambda r: r.metrics[config.metric])
+    top = pick(finished, key=lambda r: r.metrics[config.search_metric])
+    test = {config.metric: top.metrics[config.metric]} if config.metric in top.metrics else {}
     return {
         "configuration": configuration_name(top, config),
-        config.metric: top.metrics[config.metric],
+        config.search_metric: top.metrics[config.search_metric],
+        **test,
     }
 
 
 def summarize(
     config: SweepConfig, root: Path, uri: str, results: Any, start: float, generations: int
 ) -> SweepSummary:
-    """The outcome of Tune's `results`. A trial counts as finished only with the search metric in
-    its last report: one still running when the sweep was interrupted is neither finished nor
-    failed, and counts as remaining."""
-    finished = [r for r in results if r.error is None and config.metric in (r.metrics or {})]
+    """The outcome of Tune's `results`. A trial counts as finished only with the search metric
+    (on validation seeds) in its last report: one still running when the sweep was interrupted
+    is neither finished nor failed, and counts as remaining."""
+    finished = [r for r in results if r.error is None and config.search_metric in (r.metrics or {})]
     failed = [
         f"{configuration_name(r, config)}: {str(r.error).strip().splitlines()[-1]}"
         for r in results

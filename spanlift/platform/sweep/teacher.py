@@ -1,15 +1,18 @@
 """A sweep's teacher sets: generated once, before any trial, in parallel Ray tasks.
 
-The seeds are cut into chunks; each Ray task loads the backbone and runs the teacher solver on its
-chunk (on a GPU when the task was given one). The driver gathers the endpoints under a progress
-bar and writes the usual verified cache entry under the sweep's storage (published to its bucket
-when it is one, for trials on any node to fetch). Trials only read it.
-Trajectory-supervised solvers of the grid (AMED, EPD) also get an entry of the training seeds with
-the teacher's states at their grid σ, one per distinct grid, made the same way.
+One entry per seed role (training, validation, test; `spanlift.seeds`). The seeds are cut into
+chunks; each Ray task loads the backbone and runs the teacher solver on its chunk (on a GPU when
+the task was given one). The driver gathers the endpoints under a progress bar and writes the usual
+verified cache entries under the sweep's storage (published to its bucket when it is one, for
+trials on any node to fetch). Trials only read them.
+Trajectory-supervised solvers of the grid (AMED, EPD) also get entries of the training and the
+validation seeds with the teacher's states at their grid σ, one pair per distinct grid, made the
+same way.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from spanlift.platform.sampling.teacher import (
     TeacherSet,
     cache_metadata,
     generate_teacher,
+    read_teacher,
     requested_sigmas,
     supervision_sigmas,
     teacher_folder,
@@ -33,24 +37,34 @@ from spanlift.platform.sampling.teacher import (
 )
 from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.config import SweepConfig
-from spanlift.seeds import TEST_SEED_OFFSET
+from spanlift.seeds import role_seeds
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import build
 
 
 @dataclass(frozen=True)
+class FitTeachers:
+    """The entries a fit reads: its training seeds, and the validation seeds that choose its kept
+    state."""
+
+    train: Path
+    validation: Path
+
+
+@dataclass(frozen=True)
 class SweepTeachers:
     train: Path
+    validation: Path
     test: Path
     generated: int
     """Teacher generation passes this call ran: 1, or 0 when every entry was cached."""
-    trajectories: dict[tuple[float, ...], Path] = field(default_factory=dict)
-    """Training-seed entries with the teacher's states, by the σ they hold."""
+    trajectories: dict[tuple[float, ...], FitTeachers] = field(default_factory=dict)
+    """Training and validation entries with the teacher's states, by the σ they hold."""
 
-    def for_solver(self, sigmas: tuple[float, ...]) -> Path:
-        """The training entry a solver supervised at `sigmas` (none: the endpoint) fits on."""
+    def for_solver(self, sigmas: tuple[float, ...]) -> FitTeachers:
+        """The entries a solver supervised at `sigmas` (none: the endpoint) fits on."""
         if not sigmas:
-            return self.train
+            return FitTeachers(self.train, self.validation)
         if sigmas not in self.trajectories:
             raise CacheError(
                 f"the sweep prepared no teacher states at σ = {', '.join(map(str, sigmas))}"
@@ -58,9 +72,17 @@ class SweepTeachers:
         return self.trajectories[sigmas]
 
 
-def sweep_seeds(config: SweepConfig) -> tuple[range, range]:
+@lru_cache(maxsize=8)
+def read_entry(folder: Path) -> TeacherSet:
+    """A sweep's teacher entry, read and verified once per process (entries never change: their
+    names are their contents' hashes)."""
+    return read_teacher(folder)
+
+
+def sweep_seeds(config: SweepConfig) -> dict[str, range]:
+    """The sweep's seeds by role: train, validation, test (`spanlift.seeds.role_seeds`)."""
     t = config.teacher
-    return range(t.train_samples), range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + t.test_samples)
+    return role_seeds(t.train_samples, t.validation_samples, t.test_samples)
 
 
 @ray.remote(max_retries=2)
@@ -134,45 +156,51 @@ def trajectory_requests(config: SweepConfig, backbone: Backbone) -> set[tuple[fl
 
 
 def prepare_teachers(config: SweepConfig, storage: Storage) -> SweepTeachers:
-    """The sweep's train and test teacher entries in `storage` (paths in its local folder).
+    """The sweep's train, validation and test teacher entries in `storage` (paths in its local
+    folder), and the training and validation entries with states that its trajectory-supervised
+    solvers need.
 
-    Whatever is missing is generated in one parallel pass over the union of the missing seeds.
+    Whatever is missing is generated in parallel passes over the union of the missing seeds: one
+    for the endpoint entries, one per distinct trajectory grid.
     """
     backbone, teacher = load_backbone(config.backbone, **config.backbone_options), config.teacher
-    cache_dir = storage.local
-    entries = {
-        teacher_folder(cache_dir, backbone, teacher.solver, seeds): seeds
-        for seeds in sweep_seeds(config)
-    }
-    missing = {folder: seeds for folder, seeds in entries.items() if not storage.exists(folder)}
     resources = ray.cluster_resources()
     workers = int(resources.get("GPU", 0)) or int(resources.get("CPU", 1))
     gpus = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
+    generated: list[bool] = []
 
-    def generate(seeds: list[int], state_sigmas: tuple[float, ...] = ()) -> TeacherSet:
-        chunks = max(1, min(len(seeds) // 64, 2 * workers))
-        return generate_parallel(config, backbone, seeds, chunks, gpus, state_sigmas)
+    def entries(roles: dict[str, range], state_sigmas: tuple[float, ...] = ()) -> dict[str, Path]:
+        """The entry of each role's seeds, the missing ones generated in one pass."""
+        folders = {
+            role: teacher_folder(storage.local, backbone, teacher.solver, seeds, state_sigmas)
+            for role, seeds in roles.items()
+        }
+        missing = [role for role, folder in folders.items() if not storage.exists(folder)]
+        if missing:
+            seeds = [s for role in missing for s in roles[role]]
+            chunks = max(1, min(len(seeds) // 64, 2 * workers))
+            result = generate_parallel(config, backbone, seeds, chunks, gpus, state_sigmas)
+            start = 0
+            for role in missing:
+                part = result.subset(slice(start, start + len(roles[role])))
+                part.key = teacher_key(backbone, teacher.solver, roles[role], state_sigmas)
+                metadata = cache_metadata(backbone, teacher.solver)
+                storage.publish(write_teacher(folders[role], part, metadata))
+                start += len(roles[role])
+        generated.append(bool(missing))
+        return folders
 
-    if missing:
-        result = generate([s for part in missing.values() for s in part])
-        start = 0
-        for folder, part in missing.items():
-            piece = result.subset(slice(start, start + len(part)))
-            piece.key = teacher_key(backbone, teacher.solver, part)
-            storage.publish(write_teacher(folder, piece, cache_metadata(backbone, teacher.solver)))
-            start += len(part)
-    train_seeds = sweep_seeds(config)[0]
-    trajectories = {}
-    for sigmas in sorted(trajectory_requests(config, backbone)):
-        folder = teacher_folder(cache_dir, backbone, teacher.solver, train_seeds, sigmas)
-        if not storage.exists(folder):
-            missing[folder] = train_seeds
-            written = write_teacher(
-                folder,
-                generate(list(train_seeds), sigmas),
-                cache_metadata(backbone, teacher.solver),
-            )
-            storage.publish(written)
-        trajectories[sigmas] = folder
-    train, test = entries
-    return SweepTeachers(train, test, generated=int(bool(missing)), trajectories=trajectories)
+    roles = sweep_seeds(config)
+    endpoint = entries(roles)
+    fitted_on = {role: roles[role] for role in ("train", "validation")}
+    trajectories = {
+        sigmas: FitTeachers(**entries(fitted_on, sigmas))
+        for sigmas in sorted(trajectory_requests(config, backbone))
+    }
+    return SweepTeachers(
+        endpoint["train"],
+        endpoint["validation"],
+        endpoint["test"],
+        generated=int(any(generated)),
+        trajectories=trajectories,
+    )

@@ -1,6 +1,6 @@
 """The Ray Train worker loop: the core `fit` on one rank, with Ray checkpoints and resume.
 
-Every rank loads the backbone and the sweep's teacher set, builds the solver and calls `fit`
+Every rank loads the backbone and the sweep's training and validation teacher sets, builds the solver and calls `fit`
 (which wraps it in DDP: gloo on CPU, NCCL on GPU). Rank 0 saves the fit state as a
 `ray.train.Checkpoint` every `checkpoint_every` iterations, and the metrics (loss, lr) go to Tune
 with it; after a worker dies, Ray Train restarts
@@ -24,6 +24,7 @@ from spanlift.platform.fitting.fit import FitSettings, FitState, fit
 from spanlift.platform.sampling.teacher import read_teacher
 from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.gpu_telemetry import GpuTelemetry
+from spanlift.platform.sweep.teacher import FitTeachers
 from spanlift.solvers import SolverSpec, build_solver, save_solver
 
 STATE_FILE = "fit_state.pt"
@@ -44,10 +45,14 @@ def fit_worker(config: dict[str, Any]) -> None:
     spec = SolverSpec.from_dict(config["spec"])
     storage: Storage = config["storage"]
     storage.fetch_stored(spec.settings.get("base_checkpoint"))
-    storage.fetch_stored(config["teacher"])
-    solver = build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
-    solver = solver.to(device)
+    for entry in (config["teacher"], config["validation"]):
+        storage.fetch_stored(entry)
+    settings = FitSettings(**config["fit"])
+    solver = build_solver(
+        spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0], settings.seed
+    ).to(device)
     teacher = read_teacher(Path(config["teacher"]))
+    validation = read_teacher(Path(config["validation"]))
     resume = load_fit_state(ray.train.get_checkpoint())
     resumed_from = resume["iteration"] if resume else 0
     is_chief = ray.train.get_context().get_world_rank() == 0
@@ -76,10 +81,18 @@ def fit_worker(config: dict[str, Any]) -> None:
                 checkpoint=ray.train.Checkpoint.from_directory(folder),
             )
 
-    settings = FitSettings(**config["fit"])
     try:
         with gpu:
-            fit(solver, backbone, teacher, settings, report=report, progress=False, resume=resume)
+            fit(
+                solver,
+                backbone,
+                teacher,
+                settings,
+                report=report,
+                progress=False,
+                resume=resume,
+                validation=validation,
+            )
     except TrainingDivergedError as exc:
         # Ray Train's result keeps the metrics of the last checkpointed report: attach one.
         metrics = {"diverged": str(exc), "resumed_from": resumed_from}
@@ -93,15 +106,18 @@ def fit_loop_config(
     spec: SolverSpec,
     backbone: str,
     options: dict,
-    teacher: Path,
+    entries: FitTeachers,
     fit: FitSettings,
     storage: Storage,
 ) -> dict[str, Any]:
+    """The workers' `train_loop_config`: what they load (`entries`: the training and validation
+    teacher entries, `sweep.teacher.FitTeachers`) and how they fit."""
     return {
         "storage": storage,
         "spec": spec.to_dict(),
         "backbone": backbone,
         "backbone_options": options,
-        "teacher": str(teacher),
+        "teacher": str(entries.train),
+        "validation": str(entries.validation),
         "fit": fit.to_dict(),
     }

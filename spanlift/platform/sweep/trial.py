@@ -1,37 +1,42 @@
-"""One sweep trial: fit the configuration on Ray Train if it learns, score it, record it in MLflow.
+"""One sweep trial: a configuration's replicates fitted, scored on validation and test seeds,
+recorded in MLflow.
 
-    configuration ──(finished run of this code version in MLflow?)── yes → report its metrics
-                  └─ no → fit (TorchTrainer, resumable) → score, evaluate (evaluator actors)
-                          → MLflow child run of the sweep's run → every metric to Tune
+    configuration ─ each fit seed (one for an analytic solver) ─ a replicate:
+        finished run of this code version in MLflow? ── yes → its metrics
+        └─ no → fit (in this process; on Ray Train workers when `workers` > 1)
+                → score on validation and test seeds (errors per test seed kept)
+                → sample metrics (evaluator actors) → MLflow child run of the sweep's run
+    → the replicates' mean of every metric to Tune; the searcher reads `val_<metric>`
 
-Scoring and sample metrics run on the sweep's evaluator actors, started once by the driver and
-shared by all trials; the trial's own process, reused by Tune (`reuse_actors`), keeps its backbone
-too (`loaded_backbone`). Each trial reports the backbone loads it caused as `model_loads`.
+Validation values choose (the searcher, the progress view's best, the leaderboard's configuration
+per solver, the fit's kept state); test values are only reported. A fit in the trial's own process
+is scored there too; one on Ray Train workers is scored on the sweep's evaluator actors, which also
+compute every sample metric. The trial's process, reused by Tune (`reuse_actors`), keeps its
+backbone (`loaded_backbone`) and the teacher entries it read. Each trial reports the backbone
+loads it caused as `model_loads`.
 
-The trial loads the backbone once and builds its solver once (`FitCache.fitted`); the fitted
-solver is kept in the fit cache under `<sweep>/fitted/` (results/fit_cache.py), so a SpanLift
-trial finds its fitted base there, a resumed sweep never fits the same solver twice, and a
-changed fit is never served old weights.
+Fitted solvers are kept in the fit cache under `<sweep>/fitted/` (results/fit_cache.py), so a
+SpanLift trial finds its fitted base there (the base fitted with the same seed), a resumed sweep
+never fits the same solver twice, and a changed fit is never served old weights.
 """
 
 import math
-import shutil
 import socket
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import ray
+import torch
 from ray import tune
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
-from ray.tune.integration.ray_train import TuneReportCallback
 
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import backbone_loads, loaded_backbone
 from spanlift.errors import SettingsError, TrainingDivergedError
-from spanlift.files import atomic_write
 from spanlift.platform.configuration import Configuration, code_version, teacher_identity
 from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
@@ -39,20 +44,29 @@ from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.results.fit_cache import FitCache, Fitted
+from spanlift.platform.results.provenance import run_environment
 from spanlift.platform.results.tracking import configuration_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
+from spanlift.platform.sampling.score import Score, score
 from spanlift.platform.sampling.teacher import supervision_sigmas
 from spanlift.platform.storage import Storage, open_storage
-from spanlift.platform.sweep.config import SolverEntry, SweepConfig
-from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
-from spanlift.platform.sweep.train_worker import SOLVER_FILE, fit_loop_config, fit_worker
+from spanlift.platform.sweep.config import PROBE_SIGMAS, SolverEntry, SweepConfig
+from spanlift.platform.sweep.teacher import SweepTeachers, read_entry, sweep_seeds
+from spanlift.platform.sweep.train_fit import fit_on_ray_train
+from spanlift.platform.sweep.trial_fit import fit_in_trial
+from spanlift.platform.tracking.metrics import EVALUATION_METRICS
+from spanlift.platform.tracking.per_sample import write_errors
 from spanlift.platform.tracking.runs import CODE_TAG, PARENT_TAG, ConfigurationRuns, run_name
-from spanlift.solvers import Solver, SolverSpec
+from spanlift.seeds import describe
+from spanlift.solvers import Solver, SolverSpec, build_solver
+from spanlift.solvers.loading import is_learnable
 from spanlift.solvers.spanlift import SpanLift
 
 NODE_TAG, HOST_TAG = "spanlift.node_id", "spanlift.host"
-TRAIN_CHECKPOINTS_KEPT = 2
-"""Ray Train checkpoints kept per fit: the newest to resume from, and one before it."""
+REPLICATE_PARAM = "configuration.key"
+"""The run param shared by the replicates of one configuration (its key up to the fit seed)."""
+SUMMED = ("fit_seconds", "eval_seconds", "model_loads")
+"""Metrics a trial reports as the sum over its replicates (the others: their mean)."""
 
 
 @dataclass(frozen=True)
@@ -80,9 +94,15 @@ class SweepContext:
     def fitted(self) -> Path:
         return self.root / "fitted"
 
+    @property
+    def device(self) -> torch.device:
+        """Where this trial's process computes: its GPU when it holds one, else the CPU."""
+        holds_gpu = self.config.resources.use_gpu and self.config.resources.fits_in_trial
+        return torch.device("cuda" if holds_gpu and torch.cuda.is_available() else "cpu")
+
     def backbone(self) -> Backbone:
-        """The sweep's backbone as loaded in this process."""
-        return loaded_backbone(self.config.backbone, self.config.backbone_options)
+        """The sweep's backbone as loaded in this process, on its device."""
+        return loaded_backbone(self.config.backbone, self.config.backbone_options).to(self.device)
 
 
 def trial_entry(params: dict[str, Any], config: SweepConfig) -> tuple[SolverEntry, SolverSpec]:
@@ -104,22 +124,24 @@ def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
     return trial_entry(params, config)[1]
 
 
-def with_entry_fit(context: SweepContext, entry: SolverEntry) -> SweepContext:
-    """The context as the entry's trials see it: the sweep's fit with the entry's own on top."""
-    if not entry.fit:
-        return context
-    return replace(context, config=replace(context.config, fit=context.config.fit_of(entry)))
+def for_replicate(context: SweepContext, entry: SolverEntry, seed: int) -> SweepContext:
+    """The context as one replicate sees it: the sweep's fit with the entry's own on top, and the
+    replicate's fit seed."""
+    fit = replace(context.config.fit_of(entry), seed=seed)
+    return replace(context, config=replace(context.config, fit=fit))
 
 
 def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
-    """Everything that produces the trial's result."""
-    config = context.config
+    """Everything that produces the replicate's result."""
+    config, teachers = context.config, context.teachers
     return Configuration(
         config.backbone,
         config.backbone_options,
         spec,
         teacher_identity(
-            config.teacher.solver, context.teachers.train.name, context.teachers.test.name
+            config.teacher.solver,
+            f"{teachers.train.name}|{teachers.validation.name}",
+            teachers.test.name,
         ),
         fit={**config.fit.to_dict(), "workers": config.resources.workers},
         evaluation=evaluation_settings(config),
@@ -145,19 +167,53 @@ def reference_set(config: SweepConfig) -> ReferenceSet:
     )
 
 
+def searched_family(config: SweepConfig) -> str | None:
+    """The evaluation entry (fid, lpips, skill, …) whose metric the sweep searches on, measured
+    on validation seeds too; None when it searches on the endpoint RMSE."""
+    return next(
+        (
+            name
+            for name in config.evaluation.metrics
+            if name in SAMPLE_METRICS and config.metric in EVALUATION_METRICS[name]
+        ),
+        None,
+    )
+
+
+def validation_sample_seeds(config: SweepConfig) -> range:
+    """The validation seeds of a searched sample metric: the validation range continued."""
+    first = sweep_seeds(config)["validation"].start
+    count = config.evaluation.validation_samples or config.evaluation.samples
+    return range(first, first + count)
+
+
 def run_params(result: Configuration, context: SweepContext) -> dict[str, Any]:
-    """The MLflow params of a configuration: what ran, and what its metrics are measured against."""
+    """The MLflow params of a replicate: what ran, on which seeds of each role, what its metrics
+    are measured against, what chose it, and where it ran (`env.*`)."""
     config = context.config
-    train, test = sweep_seeds(config)
+    seeds = sweep_seeds(config)
+    family = searched_family(config)
+    test = seeds["test"]
     return {
         **configuration_params(result),
+        REPLICATE_PARAM: result.replicate_key(),
         "loss": config.fit.loss,
-        "teacher.train_samples": len(train),
+        "teacher.train_samples": len(seeds["train"]),
+        "teacher.train_seeds": describe(seeds["train"]),
+        "teacher.validation_seeds": describe(seeds["validation"]),
         "teacher.test_seeds": f"{test.start}..{test.stop - 1}",
+        "teacher.test_samples": len(test),
+        "selection.metric": config.search_metric,
         "fit.use_gpu": config.resources.use_gpu,
         **(
             {"fid.samples": config.evaluation.samples} if "fid" in config.evaluation.metrics else {}
         ),
+        **(
+            {f"{family}.validation_seeds": describe(validation_sample_seeds(config))}
+            if family
+            else {}
+        ),
+        **run_environment(context.device),
     }
 
 
@@ -175,58 +231,119 @@ def run_tags(context: SweepContext) -> dict[str, str]:
     }
 
 
+class Phases:
+    """Wall seconds of a trial's phases, as `phase.<name>_s` metrics (where a trial's time
+    goes: `benchmarks/trial_phases.py`)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"phase.{name}_s"
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+
+
 def run_trial(params: dict[str, Any], context: SweepContext) -> None:
-    """The Tune function of a sweep: reports every metric of the configuration to the searcher."""
+    """The Tune function of a sweep: runs the configuration's replicates and reports the mean of
+    every metric over them (the searcher reads `val_<metric>`)."""
     entry, spec = trial_entry(params, context.config)
-    context = with_entry_fit(context, entry)
+    if context.config.resources.fits_in_trial:
+        torch.set_num_threads(context.config.resources.fit_threads)
+    phases = Phases()
+    measured = [
+        run_replicate(entry, spec, seed, context, phases)
+        for seed in replicate_seeds(entry, spec, context)
+    ]
+    tune.report({**replicate_mean(measured), **phases.seconds})
+
+
+def replicate_seeds(entry: SolverEntry, spec: SolverSpec, context: SweepContext) -> tuple[int, ...]:
+    """The fit seeds of the configuration's replicates: the sweep's for a learned solver, the
+    first alone for an analytic one (it has nothing to fit)."""
+    seeds = context.config.replicate_seeds(entry)
+    return seeds if is_learnable(build_solver(spec, *PROBE_SIGMAS, channels=1)) else seeds[:1]
+
+
+def replicate_mean(measured: list[dict[str, float]]) -> dict[str, float]:
+    """The replicates' mean of each metric they all report (SUMMED ones: their sum), with
+    `replicates` and `reused` (1 when every replicate came from MLflow)."""
+    shared = set.intersection(*(set(m) for m in measured))
+    combined = {
+        name: (math.fsum if name in SUMMED else lambda v: math.fsum(v) / len(v))(
+            [m[name] for m in measured]
+        )
+        for name in shared
+        if name != "reused"
+    }
+    reused = all(m.get("reused") for m in measured)
+    return {**combined, "replicates": float(len(measured)), "reused": float(reused)}
+
+
+def run_replicate(
+    entry: SolverEntry, spec: SolverSpec, seed: int, context: SweepContext, phases: Phases
+) -> dict[str, float]:
+    """One replicate: taken from MLflow when this code version finished it, else fitted, scored,
+    evaluated and recorded in its own run; returns its metrics."""
+    context = for_replicate(context, entry, seed)
     config = context.config
     result = configuration(spec, context)
     runs = ConfigurationRuns(context.tracking_uri, config.experiment)
-    earlier = runs.find(result.key(), None if context.reuse_across_versions else code_version())
+    with phases("lookup"):
+        earlier = runs.find(result.key(), None if context.reuse_across_versions else code_version())
     if earlier and earlier.status == "FINISHED":
-        tune.report({**earlier.metrics, "reused": 1})
-        return
+        return {**earlier.metrics, "reused": 1.0}
     if earlier and earlier.failure:  # deterministic: a diverged fit diverges again
         raise TrainingDivergedError(earlier.failure)
     loads_before = backbone_loads()
-    backbone = context.backbone()
+    with phases("backbone"):
+        backbone = context.backbone()
     params = {**run_params(result, context), **({"solver": entry.label} if entry.label else {})}
     name = f"{entry.label} nfe={spec.nfe}" if entry.label else run_name(spec)
-    run_id = runs.open(result.key(), name, params, run_tags(context))
+    with phases("record"):
+        run_id = runs.open(result.key(), name, params, run_tags(context))
     try:
-        fitted = fit_cache(result, context).fitted(
-            spec, backbone, lambda solver, out: fit_on_ray_train(solver, context, out)
-        )
+        with phases("fit"):
+            fitted = fit_cache(result, context).fitted(spec, backbone, fit_one(context, backbone))
         evaluators = evaluator_pool(context)
-        test = context.teachers.test
-        metrics, samples = evaluators.call("score", spec, fitted.path, test)
-        report = evaluation_metrics(spec, fitted.path, context, evaluators)
+        with phases("score"):
+            scored, samples = score_fitted(fitted, context, backbone, evaluators)
+        eval_seconds = phases.seconds["phase.score_s"]
+        with phases("evaluate"):
+            report = evaluation_metrics(spec, fitted.path, context, evaluators)
         extra_metrics, extra_params = (report.metrics(), report.params()) if report else ({}, {})
+        extra_metrics |= validation_metric(spec, fitted.path, context, evaluators)
         loads = {"model_loads": float(backbone_loads() - loads_before + evaluators.loads)}
-        with tempfile.TemporaryDirectory() as folder:
-            grid = save_sample_grid(samples, Path(folder) / "samples.png")
-            diagnostics, ratio = trial_diagnostics(fitted.solver, context, backbone, folder)
-            metrics = {**metrics, **fitted.metrics(), **extra_metrics, **ratio, **loads}
-            scores = skill_file(report, Path(folder))
-            runs.finish(
-                run_id,
-                metrics,
-                [grid, *diagnostics, *scores, *([fitted.path] if fitted.path else [])],
-                extra_params,
-                histories=fitted.histories(),
+        metrics = {
+            **scored.metrics(),
+            "eval_seconds": eval_seconds,
+            **fitted.metrics(),
+            **extra_metrics,
+            **loads,
+            **phases.seconds,
+        }
+        with phases("record"), tempfile.TemporaryDirectory() as folder:
+            files, ratio = replicate_files(
+                fitted, scored, samples, report, context, backbone, Path(folder)
             )
+            metrics |= ratio
+            runs.finish(run_id, metrics, files, extra_params, histories=fitted.histories())
     except TrainingDivergedError as exc:
         runs.fail(run_id, str(exc))  # final: a retry reports the same failure without refitting
         raise
     except Exception:
         runs.interrupt(run_id)  # a retry reopens this run
         raise
-    if config.metric not in metrics:
+    if config.search_metric not in metrics:
         raise SettingsError(
             f"{spec.label()} nfe={spec.nfe} produced no {config.metric!r} to search on: "
             f"{extra_params.get(f'{config.metric}.unavailable', 'it was not computed')}"
         )
-    tune.report({**metrics, "reused": 0})
+    return {**metrics, "reused": 0.0}
 
 
 def fit_cache(result: Configuration, context: SweepContext) -> FitCache:
@@ -234,52 +351,45 @@ def fit_cache(result: Configuration, context: SweepContext) -> FitCache:
     return FitCache(context.fitted, result, context.reuse_across_versions, context.store)
 
 
-def fit_on_ray_train(solver: Solver, context: SweepContext, out: Path) -> Fitted:
-    """Fit `solver` with a TorchTrainer (resuming its earlier attempt) on the teacher entry it
-    needs (with the teacher's states at its grid when it is trajectory-supervised); save the
-    result to `out` and load it into `solver`."""
-    config, resources, spec = context.config, context.config.resources, solver.spec
-    teacher = context.teachers.for_solver(supervision_sigmas(solver))
-    trial_id = tune.get_context().get_trial_id()
-    trainer = TorchTrainer(
-        fit_worker,
-        train_loop_config=fit_loop_config(
-            spec, config.backbone, config.backbone_options, teacher, config.fit, context.store
-        ),
-        scaling_config=ScalingConfig(
-            num_workers=resources.workers,
-            use_gpu=resources.use_gpu,
-            resources_per_worker=resources.per_worker(),
-        ),
-        run_config=RunConfig(
-            name=f"fit-{out.stem}-{trial_id}",
-            **context.store.ray_storage("train"),
-            failure_config=FailureConfig(max_failures=resources.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=TRAIN_CHECKPOINTS_KEPT),
-            callbacks=[TuneReportCallback()],
-        ),
-    )
-    result = trainer.fit()
-    if "diverged" in (result.metrics or {}):
-        raise TrainingDivergedError(result.metrics["diverged"])
-    with result.checkpoint.as_directory() as folder, atomic_write(out) as partial:
-        shutil.copyfile(Path(folder) / SOLVER_FILE, partial)
-    seconds, resumed_from = (
-        float(result.metrics["fit_seconds"]),
-        int(result.metrics["resumed_from"]),
-    )
-    gpu = {k: float(v) for k, v in result.metrics.items() if k.startswith("gpu_")}
-    return Fitted.from_checkpoint(solver, out, seconds, resumed_from, gpu)
+def fit_one(context: SweepContext, backbone: Backbone) -> Any:
+    """How this sweep fits a solver into the fit cache: here, or on Ray Train workers."""
+
+    def fit_here(solver: Solver, out: Path) -> Fitted:
+        entries = context.teachers.for_solver(supervision_sigmas(solver))
+        train, validation = read_entry(entries.train), read_entry(entries.validation)
+        solver = solver.to(context.device)
+        store = context.store
+        return fit_in_trial(solver, backbone, train, validation, context.config.fit, store, out)
+
+    def fit_on_workers(solver: Solver, out: Path) -> Fitted:
+        return fit_on_ray_train(solver, context.config, context.teachers, context.store, out)
+
+    return fit_here if context.config.resources.fits_in_trial else fit_on_workers
+
+
+def score_fitted(
+    fitted: Fitted, context: SweepContext, backbone: Backbone, evaluators: EvaluatorPool
+) -> tuple[Score, dict[str, torch.Tensor]]:
+    """The fitted solver scored on the test and validation seeds where it was fitted: in this
+    process, or on the evaluators (`sampling.score.score`)."""
+    teachers = context.teachers
+    if not context.config.resources.fits_in_trial:
+        return evaluators.call(
+            "score", fitted.spec, fitted.path, teachers.test, teachers.validation
+        )
+    test, validation = read_entry(teachers.test), read_entry(teachers.validation)
+    solver = fitted.solver.to(context.device)
+    return score(solver, backbone, test, device=context.device, validation=validation)
 
 
 def trial_diagnostics(
-    solver: Solver, context: SweepContext, backbone: Backbone, folder: str
+    solver: Solver, context: SweepContext, backbone: Backbone, folder: Path
 ) -> tuple[list[Path], dict[str, float]]:
     """Per-step SpanLift diagnostics (CSV + PNG) of the fitted solver when the YAML asks for
     them, and their mean out-of-span ratio as a metric; ([], {}) otherwise."""
     if "diagnostics" not in context.config.evaluation.metrics or not isinstance(solver, SpanLift):
         return [], {}
-    table, files = write_diagnostics(solver, backbone, Path(folder), "spanlift")
+    table, files = write_diagnostics(solver, backbone, folder, "spanlift")
     ratio = float(table["out_of_span"].mean())
     return files, ({"out_of_span_ratio": ratio} if math.isfinite(ratio) else {})
 
@@ -309,14 +419,51 @@ def evaluator_pool(context: SweepContext) -> EvaluatorPool:
 def evaluation_metrics(
     spec: SolverSpec, checkpoint: Path | None, context: SweepContext, evaluators: EvaluatorPool
 ) -> SampleReport | None:
-    """The YAML's sample metrics (FID, LPIPS, ImageReward, skill) on the sweep's evaluators;
-    None when none are asked."""
+    """The YAML's sample metrics (FID, LPIPS, ImageReward, skill) on the sweep's evaluators, on
+    their test seeds; None when none are asked."""
     evaluation = context.config.evaluation
     metrics = tuple(m for m in evaluation.metrics if m in SAMPLE_METRICS)
     if not metrics:
         return None
     reference = reference_set(context.config)
     return evaluate_samples(evaluators, spec, checkpoint, evaluation.samples, metrics, reference)
+
+
+def validation_metric(
+    spec: SolverSpec, checkpoint: Path | None, context: SweepContext, evaluators: EvaluatorPool
+) -> dict[str, float]:
+    """`val_<metric>` of a searched sample metric, measured on validation seeds; {} when the
+    sweep searches on the endpoint RMSE (scored on validation seeds with the test seeds)."""
+    config = context.config
+    family = searched_family(config)
+    if family is None:
+        return {}
+    seeds = validation_sample_seeds(config)
+    reference = reference_set(config)
+    report = evaluate_samples(
+        evaluators, spec, checkpoint, len(seeds), (family,), reference, seeds.start
+    )
+    value = report.metrics().get(config.metric)
+    return {} if value is None else {config.search_metric: value}
+
+
+def replicate_files(
+    fitted: Fitted,
+    scored: Score,
+    samples: dict[str, torch.Tensor],
+    report: SampleReport | None,
+    context: SweepContext,
+    backbone: Backbone,
+    folder: Path,
+) -> tuple[list[Path], dict[str, float]]:
+    """The files a replicate's run keeps (sample grid, errors per test seed, diagnostics, skill
+    scores, the fitted checkpoint) and the diagnostics' metric."""
+    grid = save_sample_grid(samples, folder / "samples.png")
+    errors = write_errors(folder, scored.seeds.numpy(), scored.errors.numpy())
+    diagnostics, ratio = trial_diagnostics(fitted.solver, context, backbone, folder)
+    scores = skill_file(report, folder)
+    checkpoint = [fitted.path] if fitted.path else []
+    return [grid, errors, *diagnostics, *scores, *checkpoint], ratio
 
 
 def skill_file(report: SampleReport | None, folder: Path) -> list[Path]:
