@@ -53,7 +53,13 @@ def test_fit_is_deterministic_under_a_seed(gmm, gmm_teacher):
 
     def fitted(seed: int) -> torch.Tensor:
         solver = build(gmm, "dyweight")
-        fit(solver, gmm, train, FitSettings(iterations=10, seed=seed, validation=0.0), progress=False)
+        fit(
+            solver,
+            gmm,
+            train,
+            FitSettings(iterations=10, seed=seed, validation=0.0),
+            progress=False,
+        )
         return torch.cat([p.detach().flatten() for p in solver.parameters()])
 
     assert torch.equal(fitted(0), fitted(0))

@@ -32,7 +32,9 @@ def teacher_is_the_base(gmm, seeds: range, noise_seed: int):
     """Endpoints of the base solver itself, plus independent noise: the untrained SpanLift is
     the best any fit can do, so whatever a fit changes only fits noise."""
     teacher = generate_teacher(gmm, seeds, BASE, progress=False)
-    noise = torch.randn(teacher.endpoints.shape, generator=torch.Generator().manual_seed(noise_seed))
+    noise = torch.randn(
+        teacher.endpoints.shape, generator=torch.Generator().manual_seed(noise_seed)
+    )
     return replace(teacher, endpoints=teacher.endpoints + 0.05 * noise)
 
 
