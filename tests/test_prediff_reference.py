@@ -91,3 +91,21 @@ def test_one_aligned_ancestral_step_is_prediffs_p_sample(reference_release, monk
         )
         shift = (aligned - unaligned).flatten(1).norm(dim=1)
         assert (shift > 100 * 2e-5).all()  # the guidance moves the step well beyond tolerance
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_conditioning_is_prediffs_cond_stage_forward_at_any_scale_factor(
+    reference_release, monkeypatch, tmp_path, scale
+):
+    """PreDiff encodes its conditioning with the VAE's posterior mode and no scale_factor (that
+    scales only the latents it generates and decodes)."""
+    config = tmp_path / f"scale{scale}.yaml"
+    config.write_text(CFG.replace("scale_factor: 1.0", f"scale_factor: {scale}"))
+    backbone = load(
+        monkeypatch,
+        reference_windows(),
+        {k: v for k, v in reference_release.items() if k != "alignment"} | {"cfg": config},
+    )
+    expected = torch.from_numpy(REFERENCE[f"cond_scale{scale}"])
+    torch.testing.assert_close(backbone.conditioning(SEEDS), expected, rtol=1e-5, atol=1e-6)

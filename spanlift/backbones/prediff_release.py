@@ -18,8 +18,10 @@ the user's clone, so it needs `trust_code=true`.
 
 What the diffusion section must say (anything else is refused with the field named):
 `parameterization: eps`, `beta_schedule: linear` (β = linspace(√linear_start, √linear_end, T)²),
-and the latent scale `scale_factor` (PreDiff's 1.0, not AutoencoderKL's 0.18215) multiplies
-the encoder's posterior mode; its inverse is applied before decoding.
+and the latent scale `scale_factor` (PreDiff's 1.0, not AutoencoderKL's 0.18215): the generated
+latents are divided by it before decoding, as in PreDiff's `decode_first_stage`; the
+conditioning (the posterior mode of the past frames) is not scaled, as in its
+`cond_stage_forward`.
 """
 
 import importlib
@@ -97,8 +99,9 @@ class PreDiffRelease:
 
 
 class PosteriorModeAutoencoder(nn.Module):
-    """PreDiff's VAE with the interface of `latent_nowcast`: encode → scale · posterior mode
-    (the distribution's `.mode()`, as PreDiff encodes its conditioning), decode(z / scale)."""
+    """PreDiff's VAE with the interface of `latent_nowcast`: encode → the posterior mode (the
+    distribution's `.mode()`, unscaled, as PreDiff's `cond_stage_forward` encodes its
+    conditioning), decode(z / scale) (as its `decode_first_stage` decodes generated latents)."""
 
     def __init__(self, vae: nn.Module, scale_factor: float) -> None:
         super().__init__()
@@ -106,8 +109,7 @@ class PosteriorModeAutoencoder(nn.Module):
 
     def encode(self, frames: Tensor) -> Tensor:
         posterior = self.vae.encode(frames)
-        latents = posterior.mode() if hasattr(posterior, "mode") else posterior
-        return self.scale_factor * latents
+        return posterior.mode() if hasattr(posterior, "mode") else posterior
 
     def decode(self, latents: Tensor) -> Tensor:
         decoded = self.vae.decode(latents / self.scale_factor)
