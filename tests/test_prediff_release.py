@@ -21,6 +21,7 @@ from tests.test_latent_nowcast import random_windows
 
 SIZE, LATENT, FACTOR = 16, 3, 4  # frames 16×16 → latents 3 × 4×4 (two downsamplings)
 SEEDS = [0, 1, 10**9 + 2]
+PARTS = ("vae", "unet", "alignment")
 
 UNET_ARGUMENTS = """input_shape, target_shape, base_units, scale_alpha, num_heads, attn_drop,
     proj_drop, ffn_drop, downsample, downsample_type, upsample_type, upsample_kernel_size, depth,
@@ -346,6 +347,72 @@ def test_lightning_checkpoints_with_the_module_prefix_load_the_same(release, mon
     x = torch.randn(len(SEEDS), *plain.shape, generator=torch.Generator().manual_seed(3))
     sigma = torch.tensor([0.1, 1.0, 30.0])
     torch.testing.assert_close(lightning.denoise(x, sigma, cond), plain.denoise(x, sigma, cond))
+
+
+def save_like_prediffs_training_module(modules, path) -> None:
+    """`trainer.save_checkpoint` of a LightningModule laid out as PreDiff's training module
+    (scripts/prediff/sevirlr/train_sevirlr_prediff.py): its config saved as an omegaconf DictConfig
+    hyper-parameter, the parts under `torch_nn_module`, `first_stage_model`, `alignment_model`."""
+    import lightning.pytorch as pl
+    import yaml
+    from omegaconf import OmegaConf
+
+    class PreDiffModule(pl.LightningModule):
+        def __init__(self, oc) -> None:
+            super().__init__()
+            self.save_hyperparameters(oc)
+            self.torch_nn_module = modules["unet"]
+            self.first_stage_model = modules["vae"]
+            self.alignment_model = modules["alignment"]
+
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.strategy.connect(PreDiffModule(OmegaConf.create(yaml.safe_load(CFG))))
+    trainer.save_checkpoint(path)
+
+
+@torch.no_grad()
+def test_a_checkpoint_saved_by_prediffs_lightning_module_loads(release, monkeypatch, tmp_path):
+    modules, options = release
+    checkpoint = tmp_path / "prediff.ckpt"
+    save_like_prediffs_training_module(modules, checkpoint)
+    windows = random_windows(SIZE)
+    plain = load(monkeypatch, windows, options)
+    lightning = load(monkeypatch, windows, options | dict.fromkeys(PARTS, checkpoint))
+    cond = plain.conditioning(SEEDS)
+    x = torch.randn(len(SEEDS), *plain.shape, generator=torch.Generator().manual_seed(4))
+    sigma = torch.tensor([0.1, 1.0, 30.0])
+    torch.testing.assert_close(lightning.denoise(x, sigma, cond), plain.denoise(x, sigma, cond))
+
+
+class Payload:
+    """An object a weights-only load must not build."""
+
+    def __reduce__(self):
+        return (print, ("code from the checkpoint ran",))
+
+
+def test_unreadable_checkpoints_are_refused_in_one_line(release, monkeypatch, tmp_path, capsys):
+    modules, options = release
+    windows = random_windows(SIZE)
+    state = {f"torch_nn_module.{k}": v for k, v in modules["unet"].state_dict().items()}
+    refused = {
+        "code.pt": {"state_dict": {**state, "torch_nn_module.extra": Payload()}},
+        "text.pt": "not a checkpoint",
+    }
+    for name, content in refused.items():
+        torch.save(content, tmp_path / name)
+    (tmp_path / "garbage.pt").write_bytes(b"PK\x03\x04 not a zip archive")
+    for name in (*refused, "garbage.pt"):
+        with pytest.raises(CheckpointError) as refusal:
+            load(monkeypatch, windows, {**options, "unet": tmp_path / name})
+        assert name in str(refusal.value) and "\n" not in str(refusal.value), str(refusal.value)
+    assert "code from the checkpoint ran" not in capsys.readouterr().out
 
 
 def test_bad_release_options_name_what_to_pass(release, monkeypatch, tmp_path):

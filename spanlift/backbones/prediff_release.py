@@ -11,9 +11,11 @@ PreDiff publishes plain state_dict files and the `cfg.yaml` they were trained wi
 
 Each class is built from its `cfg.yaml` section exactly as PreDiff's training script does
 (`model.vae`, `model.latent_model`, `model.align.model_args`) and the file loaded into it with
-`load_state_dict` (weights only; torch.load never unpickles code). A Lightning checkpoint works
-too: its `state_dict` entry is read and the prefix of the part (`torch_nn_module.`,
-`first_stage_model.`, `alignment_model.`) removed. Importing PreDiff's package runs code from
+`load_state_dict` (weights only; torch.load never unpickles code). A Lightning checkpoint of
+PreDiff's training module works too, one file for every part: its `state_dict` entry is read
+and the prefix of the part (`torch_nn_module.`, `first_stage_model.`, `alignment_model.`)
+removed; what else it holds (its omegaconf config in `hyper_parameters`) is read as inert
+placeholders (checkpoint_tensors.py). Importing PreDiff's package runs code from
 the user's clone, so it needs `trust_code=true`.
 
 What the diffusion section must say (anything else is refused with the field named):
@@ -30,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from torch import Tensor, nn
 
+from spanlift.backbones.checkpoint_tensors import Placeholder, load_tensors, reason
 from spanlift.backbones.nowcast_windows import INPUTS, OUTPUTS
 from spanlift.backbones.pickles import make_importable
 from spanlift.errors import CheckpointError, SettingsError
@@ -254,29 +256,40 @@ def load_part(module: nn.Module, path: Path, part: str) -> None:
             f"PreDiff {part} checkpoint not found: {path}; download PreDiff's released "
             f"{part} file (see docs/nowcasting.md) and pass {part}=<file>"
         )
+    what = f"PreDiff {part} checkpoint {path}"
     try:
-        stored = torch.load(path, map_location="cpu", weights_only=True)
+        stored = load_tensors(path)
     except Exception as exc:
-        raise CheckpointError(f"cannot read PreDiff {part} checkpoint {path}: {exc}") from None
-    state = part_state(stored, PREFIXES[part])
+        raise CheckpointError(f"cannot read {what}: {reason(exc)}") from None
+    state = part_state(stored, PREFIXES[part], what)
     try:
         module.load_state_dict(state)
     except RuntimeError as exc:
         first = str(exc).splitlines()[1:2] or [str(exc)]
         raise CheckpointError(
-            f"PreDiff {part} checkpoint {path} does not fit the model of the config: "
-            f"{first[0].strip()}"
+            f"{what} does not fit the model of the config: {first[0].strip()}"
         ) from None
     module.eval().requires_grad_(False)
 
 
-def part_state(stored: object, prefix: str) -> dict[str, Tensor]:
+def part_state(stored: object, prefix: str, what: str) -> dict[str, Tensor]:
     """The state dict of one part: a Lightning checkpoint's `state_dict`, keys under `prefix`
-    with it removed; a plain state dict as it is."""
+    with it removed; a plain state dict as it is. Every value must be a tensor."""
     if isinstance(stored, Mapping) and isinstance(stored.get("state_dict"), Mapping):
         stored = stored["state_dict"]
     if not isinstance(stored, Mapping):
-        raise CheckpointError(f"expected a state dict, found a {type(stored).__name__}")
+        raise CheckpointError(f"{what} holds {described(stored)}, not a state dict")
     if any(key.startswith(prefix) for key in stored):
-        return {key.removeprefix(prefix): v for key, v in stored.items() if key.startswith(prefix)}
+        stored = {
+            key.removeprefix(prefix): v for key, v in stored.items() if key.startswith(prefix)
+        }
+    for key, value in stored.items():
+        if not isinstance(value, Tensor):
+            raise CheckpointError(f"{what} holds {described(value)} under {key}, not a tensor")
     return dict(stored)
+
+
+def described(value: object) -> str:
+    """`a <type>`, the name in the file for an object read as a placeholder."""
+    name = value.source if isinstance(value, Placeholder) else type(value).__name__
+    return f"a {name}"
