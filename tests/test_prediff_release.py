@@ -7,6 +7,7 @@ test_prediff_reference.py)."""
 
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -88,6 +89,8 @@ FILES = {
         "from .cuboid_transformer_unet import CuboidTransformerUNet\n"
     ),
     "prediff/models/cuboid_transformer/cuboid_transformer_unet.py": f"""
+        import warnings
+
         import torch
         from torch import nn
 
@@ -95,6 +98,7 @@ FILES = {
             def __init__(self, {" ".join(UNET_ARGUMENTS.split())}):
                 super().__init__()
                 assert len(block_attn_patterns) == len(depth)
+                warnings.warn(MESHGRID_WARNING, UserWarning)  # as PreDiff's cuboid attention
                 channels = target_shape[-1]
                 self.first_proj = nn.Conv3d(2 * channels, base_units, 3, padding=1)
                 self.out_proj = nn.Conv3d(base_units, channels, 1)
@@ -104,6 +108,11 @@ FILES = {
                 scale = 1 + 0.5 * torch.sin(t.float() / 7.0)[:, None, None, None, None]
                 eps = self.out_proj(torch.tanh(self.first_proj(inputs))) * scale
                 return eps.permute(0, 2, 3, 4, 1)
+
+        MESHGRID_WARNING = (
+            "torch.meshgrid: in an upcoming release, it will be required to pass the indexing "
+            "argument. (Triggered internally at aten/src/ATen/native/TensorShape.cpp:4221.)"
+        )
         """,
     "prediff/diffusion/__init__.py": "",
     "prediff/diffusion/knowledge_alignment/__init__.py": "",
@@ -223,11 +232,13 @@ def release(tmp_path, monkeypatch):
     unet_args = {name.strip(): None for name in UNET_ARGUMENTS.split(",")}
     unet_args |= {"target_shape": [6, 4, 4, LATENT], "base_units": 8, "depth": [4, 4]}
     unet_args["block_attn_patterns"] = ["axial"] * 2
+    with pytest.warns(UserWarning, match="torch.meshgrid"):  # what PreDiff's classes print
+        unet = CuboidTransformerUNet(**unet_args)
     modules = {
         "vae": AutoencoderKL(
             in_channels=1, out_channels=1, block_out_channels=[8, 8, 8], latent_channels=LATENT
         ),
-        "unet": CuboidTransformerUNet(**unet_args),
+        "unet": unet,
         "alignment": NoisyCuboidTransformerEncoder([6, 4, 4, LATENT], base_units=8),
     }
     files = {name: tmp_path / f"{name}.pt" for name in modules}
@@ -347,6 +358,18 @@ def test_lightning_checkpoints_with_the_module_prefix_load_the_same(release, mon
     x = torch.randn(len(SEEDS), *plain.shape, generator=torch.Generator().manual_seed(3))
     sigma = torch.tensor([0.1, 1.0, 30.0])
     torch.testing.assert_close(lightning.denoise(x, sigma, cond), plain.denoise(x, sigma, cond))
+
+
+def test_building_prediffs_classes_keeps_torchs_meshgrid_warning_off_the_console(
+    release, monkeypatch
+):
+    """PreDiff's cuboid attention calls torch.meshgrid without `indexing`, which makes torch warn
+    (two lines on the console, once per process); the fake clone's U-Net warns the same way."""
+    _, options = release
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load(monkeypatch, random_windows(SIZE), options)
+    assert not [w for w in caught if "torch.meshgrid" in str(w.message)]
 
 
 def save_like_prediffs_training_module(modules, path) -> None:

@@ -27,6 +27,7 @@ conditioning (the posterior mode of the past frames) is not scaled, as in its
 """
 
 import importlib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,10 @@ DIFFUSION_DEFAULTS = {"timesteps": 1000, "scale_factor": 1.0}
 """PreDiff's defaults (`get_model_config`) for fields its released cfg.yaml leaves out."""
 
 TRUST_HINT = "pass trust_code=true if you trust that clone"
+
+MESHGRID_WARNING = r"torch\.meshgrid: in an upcoming release"
+"""What torch says (two lines, once per process) when PreDiff's cuboid attention calls
+torch.meshgrid without `indexing` (its default, "ij", is what PreDiff means); not for the user."""
 
 
 @dataclass(frozen=True)
@@ -241,7 +246,9 @@ def build(where: tuple[str, str], kwargs: dict[str, Any], code: str | Path) -> n
             f"{type(exc).__name__}: {exc}; pass code=<a clone of PreDiff's repository>"
         ) from None
     try:
-        return cls(**kwargs)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", MESHGRID_WARNING, UserWarning)
+            return cls(**kwargs)
     except Exception as exc:  # the user's code: any failure is the config's
         raise SettingsError(
             f"PreDiff's {class_name} cannot be built from the config: {type(exc).__name__}: {exc}"
