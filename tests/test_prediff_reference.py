@@ -3,10 +3,11 @@
 The fixture was written by running PreDiff's `LatentDiffusion` (src/prediff/diffusion/
 latent_diffusion.py of github.com/gaozhihan/PreDiff at 0703a619) with the stand-in networks of
 test_prediff_release.py's fake clone, whose weights it stores: `cond_stage_forward` on the past
-frames of two windows (at scale_factor 1.0 and 0.5), and one ancestral step `p_sample(z_t, zc, t,
-y)` at t = 999, 500, 100 and 10, without and with `use_alignment` (the alignment function is
-`SEVIRAvgIntensityAlignment(guide_scale=50).get_mean_shift`, knowledge `avg_x_gt` from its SEVIR
-script's `get_alignment_kwargs_avg_x`), each window alone (batch size 1), with the noise it drew.
+frames of two windows and `decode_first_stage` of fixed latents (at scale_factor 1.0 and 0.5),
+and one ancestral step `p_sample(z_t, zc, t, y)` at t = 999, 500, 100 and 10, without and with
+`use_alignment` (the alignment function is `SEVIRAvgIntensityAlignment(guide_scale=50)
+.get_mean_shift`, knowledge `avg_x_gt` from its SEVIR script's `get_alignment_kwargs_avg_x`),
+each window alone (batch size 1), with the noise it drew. The fixture's `note` says the same.
 
 Here the same step is taken from the backbone's D(x, σ_t) (its x₀ prediction, guided ε̃ inside):
 z_{t−1} = c₁(t)·D + c₂(t)·z_t + σ̃_t·noise, the DDPM posterior of Ho et al. (2020, eq. 7)."""
@@ -95,11 +96,12 @@ def test_one_aligned_ancestral_step_is_prediffs_p_sample(reference_release, monk
 
 @torch.no_grad()
 @pytest.mark.parametrize("scale", [1.0, 0.5])
-def test_conditioning_is_prediffs_cond_stage_forward_at_any_scale_factor(
+def test_conditioning_and_decoding_are_prediffs_at_any_scale_factor(
     reference_release, monkeypatch, tmp_path, scale
 ):
-    """PreDiff encodes its conditioning with the VAE's posterior mode and no scale_factor (that
-    scales only the latents it generates and decodes)."""
+    """PreDiff encodes its conditioning with the VAE's posterior mode and no scale_factor
+    (`cond_stage_forward`); the latents it generates are divided by it before decoding
+    (`decode_first_stage`)."""
     config = tmp_path / f"scale{scale}.yaml"
     config.write_text(CFG.replace("scale_factor: 1.0", f"scale_factor: {scale}"))
     backbone = load(
@@ -109,3 +111,7 @@ def test_conditioning_is_prediffs_cond_stage_forward_at_any_scale_factor(
     )
     expected = torch.from_numpy(REFERENCE[f"cond_scale{scale}"])
     torch.testing.assert_close(backbone.conditioning(SEEDS), expected, rtol=1e-5, atol=1e-6)
+    latents = torch.from_numpy(REFERENCE["z_decode"])  # (N, 6, h, w, c)
+    x = latents.permute(0, 1, 4, 2, 3).reshape(len(latents), 6 * LATENT, 4, 4)
+    decoded = torch.from_numpy(REFERENCE[f"decoded_scale{scale}"])[..., 0]  # [0, 1]
+    torch.testing.assert_close(backbone.decode(x), 2 * decoded - 1, rtol=1e-5, atol=1e-6)

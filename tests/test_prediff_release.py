@@ -386,6 +386,7 @@ def save_like_prediffs_training_module(modules, path) -> None:
             self.save_hyperparameters(oc)
             self.torch_nn_module = modules["unet"]
             self.first_stage_model = modules["vae"]
+            self.cond_stage_model = self.first_stage_model  # cond_stage_model: __is_first_stage__
             self.alignment_model = modules["alignment"]
 
     trainer = pl.Trainer(
