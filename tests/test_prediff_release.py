@@ -1,11 +1,13 @@
 """PreDiff's released checkpoints through the documented options: a tiny fake clone of PreDiff's
 repository (same package layout, class names, constructor arguments, config fields, state_dict
 key form, and an `encode` that returns a distribution), its cfg.yaml and .pt state dicts; D(x, σ)
-checked against a direct ε → x₀ computation on the same modules, with and without PreDiff's
-knowledge-alignment guidance."""
+checked against a direct ε → x₀ computation on the same modules; PreDiff's knowledge-alignment
+guidance loaded and configured (its step is checked against PreDiff's own code in
+test_prediff_reference.py)."""
 
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from tests.test_latent_nowcast import random_windows
 
 SIZE, LATENT, FACTOR = 16, 3, 4  # frames 16×16 → latents 3 × 4×4 (two downsamplings)
 SEEDS = [0, 1, 10**9 + 2]
+PARTS = ("vae", "unet", "alignment")
 
 UNET_ARGUMENTS = """input_shape, target_shape, base_units, scale_alpha, num_heads, attn_drop,
     proj_drop, ffn_drop, downsample, downsample_type, upsample_type, upsample_kernel_size, depth,
@@ -86,6 +89,8 @@ FILES = {
         "from .cuboid_transformer_unet import CuboidTransformerUNet\n"
     ),
     "prediff/models/cuboid_transformer/cuboid_transformer_unet.py": f"""
+        import warnings
+
         import torch
         from torch import nn
 
@@ -93,6 +98,7 @@ FILES = {
             def __init__(self, {" ".join(UNET_ARGUMENTS.split())}):
                 super().__init__()
                 assert len(block_attn_patterns) == len(depth)
+                warnings.warn(MESHGRID_WARNING, UserWarning)  # as PreDiff's cuboid attention
                 channels = target_shape[-1]
                 self.first_proj = nn.Conv3d(2 * channels, base_units, 3, padding=1)
                 self.out_proj = nn.Conv3d(base_units, channels, 1)
@@ -102,6 +108,11 @@ FILES = {
                 scale = 1 + 0.5 * torch.sin(t.float() / 7.0)[:, None, None, None, None]
                 eps = self.out_proj(torch.tanh(self.first_proj(inputs))) * scale
                 return eps.permute(0, 2, 3, 4, 1)
+
+        MESHGRID_WARNING = (
+            "torch.meshgrid: in an upcoming release, it will be required to pass the indexing "
+            "argument. (Triggered internally at aten/src/ATen/native/TensorShape.cpp:4221.)"
+        )
         """,
     "prediff/diffusion/__init__.py": "",
     "prediff/diffusion/knowledge_alignment/__init__.py": "",
@@ -221,11 +232,13 @@ def release(tmp_path, monkeypatch):
     unet_args = {name.strip(): None for name in UNET_ARGUMENTS.split(",")}
     unet_args |= {"target_shape": [6, 4, 4, LATENT], "base_units": 8, "depth": [4, 4]}
     unet_args["block_attn_patterns"] = ["axial"] * 2
+    with pytest.warns(UserWarning, match="torch.meshgrid"):  # what PreDiff's classes print
+        unet = CuboidTransformerUNet(**unet_args)
     modules = {
         "vae": AutoencoderKL(
             in_channels=1, out_channels=1, block_out_channels=[8, 8, 8], latent_channels=LATENT
         ),
-        "unet": CuboidTransformerUNet(**unet_args),
+        "unet": unet,
         "alignment": NoisyCuboidTransformerEncoder([6, 4, 4, LATENT], base_units=8),
     }
     files = {name: tmp_path / f"{name}.pt" for name in modules}
@@ -260,24 +273,13 @@ def schedule_table() -> tuple[np.ndarray, np.ndarray]:
     return betas, np.cumprod(1 - betas)
 
 
-def direct_x0(modules, x, t, past, target=None, guide_scale=0.0):
-    """x₀ = (z_t − √(1−ᾱ_t) ε̃)/√ᾱ_t with z_t = √ᾱ_t x, on the modules themselves (NTHWC)."""
-    betas, alphas_cumprod = schedule_table()
+def direct_x0(modules, x, t, past):
+    """x₀ = (z_t − √(1−ᾱ_t) ε)/√ᾱ_t with z_t = √ᾱ_t x, on the modules themselves (NTHWC)."""
+    _, alphas_cumprod = schedule_table()
     abar = float(alphas_cumprod[t])
     n = len(x)
     z = (x * abar**0.5).reshape(n, 6, LATENT, 4, 4).permute(0, 1, 3, 4, 2)
-    steps = torch.full((n,), t, dtype=torch.long)
-    eps = modules["unet"](z, steps, past)
-    if guide_scale:
-        with torch.enable_grad():
-            z_in = z.detach().requires_grad_(True)
-            pred = modules["alignment"](z_in, steps).mean(dim=1)  # (n, 1)
-            energy = (pred - target[:, None]).norm(dim=1) * (1000 - t) / 1000
-            (grad,) = torch.autograd.grad(energy.sum(), z_in)
-        previous = alphas_cumprod[t - 1] if t > 0 else 1.0
-        variance = max(betas[t] * (1 - previous) / (1 - abar), 1e-20)
-        k = np.sqrt((1 - betas[t]) * (1 - abar)) * np.sqrt(variance) / betas[t]
-        eps = eps + guide_scale * k * grad
+    eps = modules["unet"](z, torch.full((n,), t, dtype=torch.long), past)
     x0 = (z - (1 - abar) ** 0.5 * eps) / abar**0.5
     return x0.permute(0, 1, 4, 2, 3).reshape(n, 6 * LATENT, 4, 4)
 
@@ -311,7 +313,10 @@ def test_released_state_dicts_load_and_d_is_the_eps_to_x0_step(release, monkeypa
 
 
 @torch.no_grad()
-def test_knowledge_alignment_shifts_eps_as_prediffs_aligned_mean(release, monkeypatch):
+def test_knowledge_alignment_guides_with_the_configs_scale_and_the_windows_target(
+    release, monkeypatch
+):
+    """The guided step itself is checked against PreDiff's p_sample in test_prediff_reference.py."""
     modules, options = release
     windows = random_windows(SIZE)
     guided = load(monkeypatch, windows, options)
@@ -322,18 +327,19 @@ def test_knowledge_alignment_shifts_eps_as_prediffs_aligned_mean(release, monkey
     torch.testing.assert_close(knowledge, target.float()[:, None, None, None].expand_as(knowledge))
     x = torch.randn(len(SEEDS), *guided.shape, generator=torch.Generator().manual_seed(2))
     _, alphas_cumprod = schedule_table()
-    for t in (0, 250, 999):
-        sigma = float(np.sqrt((1 - alphas_cumprod[t]) / alphas_cumprod[t]))
-        expected = direct_x0(modules, x, t, past, target.float(), guide_scale=50.0)
-        unguided = direct_x0(modules, x, t, past)
-        actual = guided.denoise(x, torch.tensor(sigma), cond)
-        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
-        if t == 250:  # σ̃_0 = 1e-10 and (T − t)/T → 0 make it vanish at both ends
-            assert not torch.allclose(actual, unguided, atol=1e-4)
+    sigma = float(np.sqrt((1 - alphas_cumprod[250]) / alphas_cumprod[250]))
+    actual = guided.denoise(x, torch.tensor(sigma), cond)
+    assert not torch.allclose(actual, direct_x0(modules, x, 250, past), atol=1e-4)
     weaker = load(monkeypatch, windows, {**options, "guide_scale": "3"})
     assert weaker.guidance.guide_scale == 3.0 and weaker.identity() != guided.identity()
     off = load(monkeypatch, windows, {**options, "guide_scale": "0"})
     assert off.guidance is None and off.conditioning(SEEDS).shape[1] == 7
+    torch.testing.assert_close(
+        off.denoise(x, torch.tensor(sigma), cond[:, :7]),
+        direct_x0(modules, x, 250, past),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 @torch.no_grad()
@@ -352,6 +358,85 @@ def test_lightning_checkpoints_with_the_module_prefix_load_the_same(release, mon
     x = torch.randn(len(SEEDS), *plain.shape, generator=torch.Generator().manual_seed(3))
     sigma = torch.tensor([0.1, 1.0, 30.0])
     torch.testing.assert_close(lightning.denoise(x, sigma, cond), plain.denoise(x, sigma, cond))
+
+
+def test_building_prediffs_classes_keeps_torchs_meshgrid_warning_off_the_console(
+    release, monkeypatch
+):
+    """PreDiff's cuboid attention calls torch.meshgrid without `indexing`, which makes torch warn
+    (two lines on the console, once per process); the fake clone's U-Net warns the same way."""
+    _, options = release
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load(monkeypatch, random_windows(SIZE), options)
+    assert not [w for w in caught if "torch.meshgrid" in str(w.message)]
+
+
+def save_like_prediffs_training_module(modules, path) -> None:
+    """`trainer.save_checkpoint` of a LightningModule laid out as PreDiff's training module
+    (scripts/prediff/sevirlr/train_sevirlr_prediff.py): its config saved as an omegaconf DictConfig
+    hyper-parameter, the parts under `torch_nn_module`, `first_stage_model`, `alignment_model`."""
+    import lightning.pytorch as pl
+    import yaml
+    from omegaconf import OmegaConf
+
+    class PreDiffModule(pl.LightningModule):
+        def __init__(self, oc) -> None:
+            super().__init__()
+            self.save_hyperparameters(oc)
+            self.torch_nn_module = modules["unet"]
+            self.first_stage_model = modules["vae"]
+            self.cond_stage_model = self.first_stage_model  # cond_stage_model: __is_first_stage__
+            self.alignment_model = modules["alignment"]
+
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.strategy.connect(PreDiffModule(OmegaConf.create(yaml.safe_load(CFG))))
+    trainer.save_checkpoint(path)
+
+
+@torch.no_grad()
+def test_a_checkpoint_saved_by_prediffs_lightning_module_loads(release, monkeypatch, tmp_path):
+    modules, options = release
+    checkpoint = tmp_path / "prediff.ckpt"
+    save_like_prediffs_training_module(modules, checkpoint)
+    windows = random_windows(SIZE)
+    plain = load(monkeypatch, windows, options)
+    lightning = load(monkeypatch, windows, options | dict.fromkeys(PARTS, checkpoint))
+    cond = plain.conditioning(SEEDS)
+    x = torch.randn(len(SEEDS), *plain.shape, generator=torch.Generator().manual_seed(4))
+    sigma = torch.tensor([0.1, 1.0, 30.0])
+    torch.testing.assert_close(lightning.denoise(x, sigma, cond), plain.denoise(x, sigma, cond))
+
+
+class Payload:
+    """An object a weights-only load must not build."""
+
+    def __reduce__(self):
+        return (print, ("code from the checkpoint ran",))
+
+
+def test_unreadable_checkpoints_are_refused_in_one_line(release, monkeypatch, tmp_path, capsys):
+    modules, options = release
+    windows = random_windows(SIZE)
+    state = {f"torch_nn_module.{k}": v for k, v in modules["unet"].state_dict().items()}
+    refused = {
+        "code.pt": {"state_dict": {**state, "torch_nn_module.extra": Payload()}},
+        "text.pt": "not a checkpoint",
+    }
+    for name, content in refused.items():
+        torch.save(content, tmp_path / name)
+    (tmp_path / "garbage.pt").write_bytes(b"PK\x03\x04 not a zip archive")
+    for name in (*refused, "garbage.pt"):
+        with pytest.raises(CheckpointError) as refusal:
+            load(monkeypatch, windows, {**options, "unet": tmp_path / name})
+        assert name in str(refusal.value) and "\n" not in str(refusal.value), str(refusal.value)
+    assert "code from the checkpoint ran" not in capsys.readouterr().out
 
 
 def test_bad_release_options_name_what_to_pass(release, monkeypatch, tmp_path):

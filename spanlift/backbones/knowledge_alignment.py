@@ -3,17 +3,20 @@
 PreDiff guides each ancestral DDPM step by moving the posterior mean against the gradient of an
 energy that measures how far the forecast's anticipated average intensity is from a target:
 
-    U(z_t, t)  = ‖ mean_frames(A(z_t, t)) − avg_x ‖₂ · (T − t)/T      (A: the alignment network)
+    U(z_t, t)  = ‖ mean_frames(A(z_t, t)) − avg_x ‖₂                    (A: the alignment network)
     μ̃_t        = μ_t − s · σ̃_t · ∇_{z_t} U                            (s: guide_scale)
 
-with σ̃_t² = max(β_t (1 − ᾱ_{t−1})/(1 − ᾱ_t), 1e-20) the posterior variance
-(`LatentDiffusion.p_sample` and `SEVIRAvgIntensityAlignment.get_mean_shift` in PreDiff's code).
-Since μ_t = (z_t − β_t/√(1 − ᾱ_t) · ε)/√α_t, that step is the unguided step of the noise
+with σ̃_t² = max(β_t (1 − ᾱ_{t−1})/(1 − ᾱ_t), 1e-20) the posterior variance: in PreDiff's code,
+`SEVIRAvgIntensityAlignment.alignment_fn` is U (no weighting in t), `get_mean_shift` returns
+s · ∇U, and `LatentDiffusion.aligned_mean` subtracts σ̃_t times it from the mean that `p_sample`
+then draws around. Since μ_t = (z_t − β_t/√(1 − ᾱ_t) · ε)/√α_t, that step is the unguided step of
+the noise
 
     ε̃ = ε + k_t · s · ∇_{z_t} U,    k_t = √(α_t (1 − ᾱ_t)) · σ̃_t / β_t,
 
 which is what the σ-form denoiser uses, so every solver sees the guided model; 1 000 ancestral
-steps of ε̃ are PreDiff's aligned sampler. Between integer timesteps k_t is interpolated
+steps of ε̃ are PreDiff's aligned sampler, window by window (tested against PreDiff's own
+`p_sample` in tests/test_prediff_reference.py). Between integer timesteps k_t is interpolated
 linearly in t. Two deliberate differences: PreDiff takes one norm over the whole batch (so a
 window's guidance depends on the other windows of its batch), here the norm is per window (equal
 at batch size 1); and the shift is a constant for gradients taken through D (no second order).
@@ -61,10 +64,9 @@ class KnowledgeAlignment(nn.Module):
         return factors[lower] * (1 - fraction) + factors[lower + 1] * fraction
 
     def energy(self, z_t: Tensor, t: Tensor, cond: Tensor, target: Tensor) -> Tensor:
-        """U per window: ‖mean over frames of A(z_t, t) − target‖₂ · (T − t)/T, shape (N,)."""
+        """U per window: ‖mean over frames of A(z_t, t) − target‖₂, shape (N,)."""
         predicted = self.model(z_t, t, zc=cond, y=None, avg_x_gt=target[:, None])
-        distance = torch.linalg.vector_norm(predicted.mean(dim=1) - target[:, None], dim=-1)
-        return distance * (self.timesteps - t) / self.timesteps
+        return torch.linalg.vector_norm(predicted.mean(dim=1) - target[:, None], dim=-1)
 
     def forward(self, z_t: Tensor, t: Tensor, cond: Tensor, target: Tensor) -> Tensor:
         """k_t · s · ∇_{z_t} U for NTHWC latents z_t, timesteps t (N,), targets (N,)."""

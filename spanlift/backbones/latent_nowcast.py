@@ -20,10 +20,12 @@ package not installed here). They must offer (layout NTHWC: batch, frame, height
                     t     (N,)             timesteps, float (fractional between table entries)
                     cond  (N, 7, h, w, c)  latents of the 7 past frames
                     eps   like z_t         the predicted noise ε
-    autoencoder   autoencoder.encode(frames)  (B, 1, H, W) in [0, 1] → (B, c, h, w) latents,
-                    already multiplied by its scale factor; deterministic (the posterior mode,
-                    not a sample), so a seed's conditioning is always the same
-                  autoencoder.decode(latents) (B, c, h, w) → (B, 1, H, W) in [0, 1]
+    autoencoder   autoencoder.encode(frames)  (B, 1, H, W) in [0, 1] → (B, c, h, w) latents
+                    of the conditioning, as the denoiser was trained on them (PreDiff: the
+                    posterior mode, not multiplied by its scale factor); deterministic (not a
+                    sample), so a seed's conditioning is always the same
+                  autoencoder.decode(latents) (B, c, h, w) → (B, 1, H, W) in [0, 1] for the
+                    latents the denoiser generates (PreDiff: divided by its scale factor first)
 
 Frames reach the autoencoder as VIL/255 = (x + 1)/2 for frames x ∈ [−1, 1], as PreDiff's SEVIR
 pipeline scales them.

@@ -11,27 +11,32 @@ PreDiff publishes plain state_dict files and the `cfg.yaml` they were trained wi
 
 Each class is built from its `cfg.yaml` section exactly as PreDiff's training script does
 (`model.vae`, `model.latent_model`, `model.align.model_args`) and the file loaded into it with
-`load_state_dict` (weights only; torch.load never unpickles code). A Lightning checkpoint works
-too: its `state_dict` entry is read and the prefix of the part (`torch_nn_module.`,
-`first_stage_model.`, `alignment_model.`) removed. Importing PreDiff's package runs code from
+`load_state_dict` (weights only; torch.load never unpickles code). A Lightning checkpoint of
+PreDiff's training module works too, one file for every part: its `state_dict` entry is read
+and the prefix of the part (`torch_nn_module.`, `first_stage_model.`, `alignment_model.`)
+removed; what else it holds (its omegaconf config in `hyper_parameters`) is read as inert
+placeholders (checkpoint_tensors.py). Importing PreDiff's package runs code from
 the user's clone, so it needs `trust_code=true`.
 
 What the diffusion section must say (anything else is refused with the field named):
 `parameterization: eps`, `beta_schedule: linear` (β = linspace(√linear_start, √linear_end, T)²),
-and the latent scale `scale_factor` (PreDiff's 1.0, not AutoencoderKL's 0.18215) multiplies
-the encoder's posterior mode; its inverse is applied before decoding.
+and the latent scale `scale_factor` (PreDiff's 1.0, not AutoencoderKL's 0.18215): the generated
+latents are divided by it before decoding, as in PreDiff's `decode_first_stage`; the
+conditioning (the posterior mode of the past frames) is not scaled, as in its
+`cond_stage_forward`.
 """
 
 import importlib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from torch import Tensor, nn
 
+from spanlift.backbones.checkpoint_tensors import Placeholder, load_tensors, reason
 from spanlift.backbones.nowcast_windows import INPUTS, OUTPUTS
 from spanlift.backbones.pickles import make_importable
 from spanlift.errors import CheckpointError, SettingsError
@@ -74,6 +79,10 @@ DIFFUSION_DEFAULTS = {"timesteps": 1000, "scale_factor": 1.0}
 
 TRUST_HINT = "pass trust_code=true if you trust that clone"
 
+MESHGRID_WARNING = r"torch\.meshgrid: in an upcoming release"
+"""What torch says (two lines, once per process) when PreDiff's cuboid attention calls
+torch.meshgrid without `indexing` (its default, "ij", is what PreDiff means); not for the user."""
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -97,8 +106,9 @@ class PreDiffRelease:
 
 
 class PosteriorModeAutoencoder(nn.Module):
-    """PreDiff's VAE with the interface of `latent_nowcast`: encode → scale · posterior mode
-    (the distribution's `.mode()`, as PreDiff encodes its conditioning), decode(z / scale)."""
+    """PreDiff's VAE with the interface of `latent_nowcast`: encode → the posterior mode (the
+    distribution's `.mode()`, unscaled, as PreDiff's `cond_stage_forward` encodes its
+    conditioning), decode(z / scale) (as its `decode_first_stage` decodes generated latents)."""
 
     def __init__(self, vae: nn.Module, scale_factor: float) -> None:
         super().__init__()
@@ -106,8 +116,7 @@ class PosteriorModeAutoencoder(nn.Module):
 
     def encode(self, frames: Tensor) -> Tensor:
         posterior = self.vae.encode(frames)
-        latents = posterior.mode() if hasattr(posterior, "mode") else posterior
-        return self.scale_factor * latents
+        return posterior.mode() if hasattr(posterior, "mode") else posterior
 
     def decode(self, latents: Tensor) -> Tensor:
         decoded = self.vae.decode(latents / self.scale_factor)
@@ -237,7 +246,9 @@ def build(where: tuple[str, str], kwargs: dict[str, Any], code: str | Path) -> n
             f"{type(exc).__name__}: {exc}; pass code=<a clone of PreDiff's repository>"
         ) from None
     try:
-        return cls(**kwargs)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", MESHGRID_WARNING, UserWarning)
+            return cls(**kwargs)
     except Exception as exc:  # the user's code: any failure is the config's
         raise SettingsError(
             f"PreDiff's {class_name} cannot be built from the config: {type(exc).__name__}: {exc}"
@@ -252,29 +263,40 @@ def load_part(module: nn.Module, path: Path, part: str) -> None:
             f"PreDiff {part} checkpoint not found: {path}; download PreDiff's released "
             f"{part} file (see docs/nowcasting.md) and pass {part}=<file>"
         )
+    what = f"PreDiff {part} checkpoint {path}"
     try:
-        stored = torch.load(path, map_location="cpu", weights_only=True)
+        stored = load_tensors(path)
     except Exception as exc:
-        raise CheckpointError(f"cannot read PreDiff {part} checkpoint {path}: {exc}") from None
-    state = part_state(stored, PREFIXES[part])
+        raise CheckpointError(f"cannot read {what}: {reason(exc)}") from None
+    state = part_state(stored, PREFIXES[part], what)
     try:
         module.load_state_dict(state)
     except RuntimeError as exc:
         first = str(exc).splitlines()[1:2] or [str(exc)]
         raise CheckpointError(
-            f"PreDiff {part} checkpoint {path} does not fit the model of the config: "
-            f"{first[0].strip()}"
+            f"{what} does not fit the model of the config: {first[0].strip()}"
         ) from None
     module.eval().requires_grad_(False)
 
 
-def part_state(stored: object, prefix: str) -> dict[str, Tensor]:
+def part_state(stored: object, prefix: str, what: str) -> dict[str, Tensor]:
     """The state dict of one part: a Lightning checkpoint's `state_dict`, keys under `prefix`
-    with it removed; a plain state dict as it is."""
+    with it removed; a plain state dict as it is. Every value must be a tensor."""
     if isinstance(stored, Mapping) and isinstance(stored.get("state_dict"), Mapping):
         stored = stored["state_dict"]
     if not isinstance(stored, Mapping):
-        raise CheckpointError(f"expected a state dict, found a {type(stored).__name__}")
+        raise CheckpointError(f"{what} holds {described(stored)}, not a state dict")
     if any(key.startswith(prefix) for key in stored):
-        return {key.removeprefix(prefix): v for key, v in stored.items() if key.startswith(prefix)}
+        stored = {
+            key.removeprefix(prefix): v for key, v in stored.items() if key.startswith(prefix)
+        }
+    for key, value in stored.items():
+        if not isinstance(value, Tensor):
+            raise CheckpointError(f"{what} holds {described(value)} under {key}, not a tensor")
     return dict(stored)
+
+
+def described(value: object) -> str:
+    """`a <type>`, the name in the file for an object read as a placeholder."""
+    name = value.source if isinstance(value, Placeholder) else type(value).__name__
+    return f"a {name}"

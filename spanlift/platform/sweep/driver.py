@@ -272,7 +272,9 @@ def run_sweep(
             stages.begin(
                 "running the configurations", f"{stages.configurations}, {concurrency} at a time"
             )
-            results = make_tuner(context, restore, concurrency, verbose).fit()
+            tuner = make_tuner(context, restore, concurrency, verbose)
+            with stages.handed_over():  # Tune answers Ctrl-C while its experiment runs
+                results = tuner.fit()
     except BaseException:
         runs.client.set_terminated(parent, "KILLED")
         raise
