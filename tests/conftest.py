@@ -5,6 +5,14 @@ import torch
 
 from spanlift.backbones import load_backbone
 from spanlift.platform.sampling.teacher import generate_teacher
+from spanlift.solvers import SOLVERS
+from spanlift.solvers.peers import PeerSolver
+
+NATIVE_SOLVERS = sorted(name for name, cls in SOLVERS if not issubclass(cls, PeerSolver))
+"""The solvers whose loop is spanlift's. Peer solvers run another library's loop (diffusers,
+k-diffusion): no solver is built around one, their loops read σ on the host (not on `meta`),
+some step only on grids that end at σ = 0 or above it, and they have their own tests
+(test_diffusers_schedulers.py, test_kdiffusion_samplers.py)."""
 
 
 @pytest.fixture(scope="session")

@@ -10,15 +10,15 @@ from spanlift.backbones import Backbone, load_backbone
 from spanlift.nowcasting.synthetic import write_synthetic_sevir
 from spanlift.platform.sampling.rollout import rollout
 from spanlift.platform.sampling.teacher import generate_teacher, teacher_for
-from spanlift.solvers import SOLVERS, SolverSpec, build_solver
+from spanlift.solvers import SolverSpec, build_solver
 
-from .conftest import noise_like
+from .conftest import NATIVE_SOLVERS, noise_like
 
 HALF = (torch.bfloat16, torch.float16)
 
 
 def specs():
-    for name in SOLVERS.names():
+    for name in NATIVE_SOLVERS:
         if name in ("spanlift", "ld3"):
             continue
         yield SolverSpec(name, 4 if name in ("amed", "amed_plugin", "epd", "epd_plugin") else 3)

@@ -7,10 +7,10 @@ import torch
 
 from spanlift.errors import SettingsError
 from spanlift.platform.sweep.config import SweepConfigError, parse_sweep
-from spanlift.solvers import SOLVERS, NFECounter, SolverSpec, build_solver
+from spanlift.solvers import NFECounter, SolverSpec, build_solver
 from spanlift.solvers.schedules import edm_polynomial, edm_to_zero
 
-from .conftest import noise_like
+from .conftest import NATIVE_SOLVERS, noise_like
 from .test_sweep_config import VALID
 
 
@@ -36,7 +36,7 @@ def last_denoised(denoiser):
     return call, seen
 
 
-@pytest.mark.parametrize("name", SOLVERS.names())
+@pytest.mark.parametrize("name", NATIVE_SOLVERS)
 def test_every_solver_reaches_zero_with_its_nfe_and_finite_samples(gmm64, name) -> None:
     nfe = 5
     settings = {"hidden_dim": 8} if name == "spanlift" else {}

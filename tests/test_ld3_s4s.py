@@ -22,7 +22,7 @@ from spanlift.solvers.ld3 import LD3
 from spanlift.solvers.s4s_alt import S4SAlt
 from spanlift.solvers.schedules import SCHEDULES
 
-from .conftest import noise_like
+from .conftest import NATIVE_SOLVERS, noise_like
 
 
 def build(backbone, name, nfe=4, schedule="edm", **settings):
@@ -91,7 +91,7 @@ def test_untrained_s4s_alt_and_dlms_are_ipndm(gmm, gmm64, order, afs, schedule):
         assert torch.equal(endpoint(dlms, backbone, x), ipndm), "DLMS keeps iPNDM's exact grid"
 
 
-LD3_BASES = sorted(set(SOLVERS.names()) - {"ld3"})
+LD3_BASES = sorted(set(NATIVE_SOLVERS) - {"ld3"})
 
 
 @pytest.mark.parametrize("base", LD3_BASES)

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from spanlift.errors import UnreachableNFEError
-from spanlift.solvers import SOLVERS, NFECounter, SolverSpec, build_solver
+from spanlift.solvers import NFECounter, SolverSpec, build_solver
 
-from .conftest import noise_like
+from .conftest import NATIVE_SOLVERS, noise_like
 
 
 def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
@@ -18,7 +18,7 @@ def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
 
 
 def cases():
-    for name in SOLVERS.names():
+    for name in NATIVE_SOLVERS:
         if name in ("spanlift", "ld3"):
             continue
         orders = {

@@ -17,12 +17,23 @@ def summary(cls: type) -> str:
     return inspect.getdoc(cls).splitlines()[0]
 
 
+def settings_line(cls: type) -> str:
+    """The solver's settings and defaults, or why they cannot be read here (a peer solver whose
+    library is not installed)."""
+    from spanlift.errors import SpanliftError
+    from spanlift.solvers import solver_settings
+
+    try:
+        return ", ".join(f"{k}={v!r}" for k, v in solver_settings(cls).items()) or "-"
+    except SpanliftError as exc:
+        return f"({exc})"
+
+
 def cmd_solvers(args: argparse.Namespace) -> None:
-    from spanlift.solvers import SOLVERS, solver_settings
+    from spanlift.solvers import SOLVERS
 
     for name, cls in SOLVERS:
-        settings = ", ".join(f"{k}={v!r}" for k, v in solver_settings(cls).items())
-        print(f"{name:<14} {summary(cls)}\n{'':<14} settings: {settings or '-'}")
+        print(f"{name:<14} {summary(cls)}\n{'':<14} settings: {settings_line(cls)}")
         for label, value in (("cites", cls.citation), ("reference", cls.reference)):
             if value:
                 print(f"{'':<14} {label}: {value}")

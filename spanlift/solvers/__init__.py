@@ -5,6 +5,7 @@ Importing this package registers every solver; look them up with `SOLVERS.get(na
 
 from spanlift.solvers import (  # noqa: F401
     amed,
+    diffusers_schedulers,
     dlms,
     dpm_solver_pp,
     dyweight,
@@ -12,6 +13,7 @@ from spanlift.solvers import (  # noqa: F401
     euler,
     heun,
     ipndm,
+    kdiffusion_samplers,
     ld3,
     s4s_alt,
     spanlift,

@@ -88,6 +88,10 @@ class Solver(nn.Module):
     steps_by_direction: ClassVar[bool] = True
     """Each step is x_{i+1} = x_i + h_i Δ_i with Δ_i from `direction`, so a solver built around
     this one (SpanLift) can add to Δ_i; False where `steps` takes substeps (AMED-Plugin)."""
+    differentiable: ClassVar[bool] = True
+    """Gradients reach the grid and the base's parameters through a rollout, so a solver built
+    around this one (SpanLift, LD3, a plugin) can be fitted; False for another library's loop
+    (`peers.PeerSolver`)."""
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False) -> None:
         super().__init__()
@@ -104,6 +108,17 @@ class Solver(nn.Module):
         if "channels" in inspect.signature(cls).parameters:
             settings = {**settings, "channels": channels}
         return cls(sigmas, **settings)
+
+    @classmethod
+    def default_settings(cls) -> dict[str, Any]:
+        """The settings the solver accepts and their defaults: its constructor's keywords."""
+        params = list(inspect.signature(cls.__init__).parameters.values())
+        return {p.name: p.default for p in params if p.name not in ("self", "sigmas", "channels")}
+
+    @classmethod
+    def setting_hint(cls, key: str) -> str:
+        """Why `key` is not one of the solver's settings, when there is more to say than that."""
+        return ""
 
     @property
     def sigmas(self) -> Tensor:

@@ -33,6 +33,11 @@ def build_base(
     frozen unless `trainable`."""
     if base == solver:
         raise SettingsError(f"{solver} cannot be its own base; choose another registered solver")
+    if not SOLVERS.get(base).differentiable:
+        raise SettingsError(
+            f"{solver} cannot take {base!r} as its base: {base} runs another library's loop, "
+            f"which no gradient passes through, so {solver} could not be fitted on it"
+        )
     settings = dict(base_settings or {})
     check_settings(base, settings)
     built = SOLVERS.get(base).build(sigmas, channels, **settings)

@@ -8,7 +8,6 @@ solver always spends exactly the NFE it is built for, or building it fails with 
 """
 
 import hashlib
-import inspect
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -59,19 +58,22 @@ class SolverSpec:
 
 
 def solver_settings(cls: type[Solver]) -> dict[str, Any]:
-    """The settings a solver class accepts and their defaults (its constructor's keywords)."""
-    params = list(inspect.signature(cls.__init__).parameters.values())
-    return {p.name: p.default for p in params if p.name not in ("self", "sigmas", "channels")}
+    """The settings a solver class accepts and their defaults (`Solver.default_settings`: its
+    constructor's keywords, or another library's arguments for a peer solver)."""
+    return cls.default_settings()
 
 
 def check_settings(name: str, settings: dict[str, Any]) -> None:
     """Every key of `settings` is one of the solver's settings; a solver on a base (settings
     `base` and `base_settings`) has its base's settings checked the same way."""
-    accepted = solver_settings(SOLVERS.get(name))
+    cls = SOLVERS.get(name)
+    accepted = solver_settings(cls)
     unknown = sorted(set(settings) - set(accepted))
     if unknown:
+        hint = cls.setting_hint(unknown[0])
         raise SettingsError(
-            f"solver {name!r} has no setting {unknown[0]!r}; its settings are: {', '.join(accepted) or 'none'}"
+            f"solver {name!r} has no setting {unknown[0]!r}{f' ({hint})' if hint else ''}; "
+            f"its settings are: {', '.join(accepted) or 'none'}"
         )
     if "base" in accepted and settings.get("base_settings"):
         check_settings(settings.get("base", accepted["base"]), settings["base_settings"])

@@ -46,17 +46,33 @@ def buildable(spec: SolverSpec) -> bool:
     return True
 
 
+SCHEDULES = ("edm", "edm_to_zero", "logsnr")
+"""The schedules tried in turn: some solvers step only on a grid that ends at σ = 0 (diffusers'
+Heun), or on their own (k-diffusion's DPM-Solver-fast, uniform in log σ)."""
+
+
 def first_buildable(name: str, settings: dict) -> SolverSpec | None:
-    """`name` with `settings` at the smallest NFE from 3 on that it can spend exactly."""
-    specs = (SolverSpec(name, nfe, settings=settings) for nfe in range(3, 7))
+    """`name` with `settings` at the smallest NFE from 3 on that it can spend exactly, on the
+    first of `SCHEDULES` it steps on; None where none builds (a peer solver whose library is
+    not installed, a base the solver does not take)."""
+    specs = (
+        SolverSpec(name, nfe, schedule, settings) for schedule in SCHEDULES for nfe in range(3, 7)
+    )
     return next((spec for spec in specs if buildable(spec)), None)
+
+
+def takes_a_base(cls: type) -> bool:
+    try:
+        return "base" in solver_settings(cls)
+    except SpanliftError:  # a peer solver whose library is not installed: it takes none
+        return False
 
 
 def solver_specs() -> list[SolverSpec]:
     """One spec per registered solver; a solver built around a base, once over each base."""
     specs = []
     for name, cls in SOLVERS:
-        if "base" not in solver_settings(cls):
+        if not takes_a_base(cls):
             specs.append(first_buildable(name, {}))
             continue
         specs += [first_buildable(name, {"base": base}) for base in SOLVERS.names()]
