@@ -10,6 +10,7 @@ from spanlift.solvers import (  # noqa: F401
     dyweight,
     epd,
     euler,
+    gs,
     heun,
     ipndm,
     ld3,
