@@ -108,12 +108,11 @@ class GS(Solver):
     ) -> Tensor:
         """(1/α_{i+1}) [Σ_j a_{i,j} α_{i−j} x_{i−j} − Σ_{k<p} c_{i,k} B_k + Σ_{j≥p} c_{i,j} D̂_{i−j}]."""
         states, data = row(self.state_corrections, i, x), row(self.data_corrections, i, x)
-        on_basis = [data[0], -data[1], data[2]] if order == 3 else list(data[:order])
-        on_data = basis_weights(lam, on_basis) if order > 1 else on_basis
-        on_data = on_data + [-c for c in data[order:]]  # B_k first; older outputs enter with +c
-        terms = [a * vp_scale(p.sigma) for a, p in zip(states, history, strict=True)]
+        basis = [data[0], -data[1], data[2]] if order == 3 else list(data[:order])  # on D̂_i, D1, D2
+        on_basis = basis_weights(lam, basis) if order > 1 else basis  # on D̂_i, D̂_{i−1}, …
+        on_data = [-w for w in on_basis] + list(data[order:])
+        on_states = [a * vp_scale(p.sigma) for a, p in zip(states, history, strict=True)]
         total = weighted_sum(
-            terms + [-w for w in on_data],
-            [p.x for p in history] + [p.denoised for p in history],
+            on_states + on_data, [p.x for p in history] + [p.denoised for p in history]
         )
         return total / vp_scale(self.sigma(i + 1, x))
