@@ -72,6 +72,14 @@ def test_a_gs_fit_with_it_lowers_the_distance_to_the_teacher(gmm, gmm_teacher):
             return mean_squared_error(gs(gmm.denoise, x), test.endpoints[:64]).item()
 
     before = distance()
-    settings = FitSettings(iterations=30, lr=1e-2, warmup=5, loss="adversarial", validation=0.0)
+    settings = FitSettings(
+        iterations=15,
+        batch_size=16,
+        lr=2e-2,
+        warmup=3,
+        loss="adversarial",
+        loss_options={"width": 8},
+        validation=0.0,
+    )
     fit(gs, gmm, train, settings, progress=False)
     assert distance() < 0.5 * before
