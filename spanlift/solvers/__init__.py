@@ -11,6 +11,7 @@ from spanlift.solvers import (  # noqa: F401
     dyweight,
     epd,
     euler,
+    gs,
     heun,
     ipndm,
     kdiffusion_samplers,

@@ -60,21 +60,36 @@ class DPMSolverPP(Solver):
 def denoised_weights(order: int, lam: list[Tensor], phi_1: Tensor) -> list[Tensor]:
     """w_0 … w_{p−1} with D̃ = Σ_j w_j D_{i−j}, the update being x_{i+1} = (σ_{i+1}/σ_i) x_i − φ₁ D̃.
 
-    Order 1: D̃ = D_i. Order 2: D̃ = D_i + ½ D1_0. Order 3: D̃ = D_i − (φ₂ D1 − φ₃ D2)/φ₁, which
-    weights D1_0 by c_0 = a (1 + r_0/(r_0 + r_1)) + b/(r_0 + r_1) and D1_1 by
-    c_1 = −a r_0/(r_0 + r_1) − b/(r_0 + r_1), with a = −φ₂/φ₁ and b = φ₃/φ₁ (module docstring).
+    Order 1: D̃ = D_i. Order 2: D̃ = D_i + ½ D1_0. Order 3: D̃ = D_i − (φ₂ D1 − φ₃ D2)/φ₁
+    (module docstring), i.e. the basis (D_i, D1, D2) weighted by (1, −φ₂/φ₁, φ₃/φ₁).
     """
     one = torch.ones_like(phi_1)
     if order == 1:
         return [one]
-    h = lam[0] - lam[1]
-    r0 = (lam[1] - lam[2]) / h
     if order == 2:
-        return [one + 0.5 / r0, -0.5 / r0]
-    r1 = (lam[2] - lam[3]) / h
+        return basis_weights(lam, [one, 0.5 * one])
+    h = lam[0] - lam[1]
     phi_2 = phi_1 / h + 1
     phi_3 = phi_2 / h - 0.5
-    a, b, span = -phi_2 / phi_1, phi_3 / phi_1, r0 + r1
+    return basis_weights(lam, [one, -phi_2 / phi_1, phi_3 / phi_1])
+
+
+def basis_weights(lam: list[Tensor], coefficients: list[Tensor]) -> list[Tensor]:
+    """The weights on D_i, D_{i−1}, … of w D_i + a D1 (+ b D2), for `coefficients` [w, a(, b)].
+
+    Two coefficients: D1 = D1_0 = (D_i − D_{i−1})/r_0, so the weights are [w + a/r_0, −a/r_0].
+    Three: D1 = D1_0 + r_0/(r_0 + r_1) (D1_0 − D1_1) and D2 = (D1_0 − D1_1)/(r_0 + r_1) weight
+    D1_0 by c_0 = a (1 + r_0/(r_0 + r_1)) + b/(r_0 + r_1) and D1_1 by
+    c_1 = −a r_0/(r_0 + r_1) − b/(r_0 + r_1) (module docstring for r_k, D1_k).
+    """
+    h = lam[0] - lam[1]
+    r0 = (lam[1] - lam[2]) / h
+    if len(coefficients) == 2:
+        w, a = coefficients
+        return [w + a / r0, -a / r0]
+    w, a, b = coefficients
+    r1 = (lam[2] - lam[3]) / h
+    span = r0 + r1
     c0 = a * (1 + r0 / span) + b / span
     c1 = -a * r0 / span - b / span
-    return [one + c0 / r0, -c0 / r0 + c1 / r1, -c1 / r1]
+    return [w + c0 / r0, -c0 / r0 + c1 / r1, -c1 / r1]

@@ -11,6 +11,8 @@ a function of (student, target) → scalar.
                FID defaults to the independent `digits_eval` detector, not this one)
     pooled     ℓ = Σ_{p ∈ 1, 4, 16} mean (M_p D(x̂) − M_p D(x*))²   M_p: p×p max-pooling
     latent     ℓ = c · mean (ẑ − z*)² + mean (f(D(ẑ)) − f(D(z*)))²   f: a frozen DINOv2
+    adversarial  ℓ = ℓ_distill + w · mean softplus(−(f(D(x̂)) − f(D(x*))))   f: a discriminator
+               trained during the fit (GAS; `adversarial.py`), for image backbones
 
 φ reads the decoded images as the FID protocol does (x · 127.5 + 128, clipped) but without
 rounding, so gradients reach the solver. Feature losses fit what FID measures; `pooled` fits what
@@ -137,3 +139,37 @@ def latent_and_dinov2(decode: Decode, dinov2_path: str | Path, c: float = 0.1) -
         return c * latent + (features(decode(student)) - target_features).square().mean()
 
     return loss
+
+
+@LOSSES.register("adversarial")
+def adversarial(
+    decode: Decode,
+    distill: str = "mse",
+    weight: float = 0.1,
+    lr: float = 1e-4,
+    gamma: float = 0.2,
+    width: int = 32,
+) -> LossFn:
+    """GAS's loss: the registered loss `distill` plus `weight` times the relativistic term of a
+    discriminator of `width` trained with Adam at `lr` and R1/R2 penalty `gamma` (`adversarial.py`).
+    GAS weighs the term 0.1 on CIFAR-10 (and 1 on latent models), with γ = 0.2."""
+    from spanlift.platform.fitting.adversarial import AdversarialLoss
+
+    if distill == "adversarial":
+        raise SettingsError("loss 'adversarial': option distill must name another loss")
+    check_loss_options(distill, {})
+    for name, value, least in (
+        ("weight", weight, "≥ 0"),
+        ("lr", lr, "> 0"),
+        ("gamma", gamma, "≥ 0"),
+    ):
+        number = not isinstance(value, bool) and isinstance(value, int | float)
+        if not number or not math.isfinite(value) or value < 0 or (value == 0 and least == "> 0"):
+            raise SettingsError(
+                f"loss 'adversarial': option {name} must be a number {least}, got {value!r}"
+            )
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise SettingsError(
+            f"loss 'adversarial': option width must be a positive integer, got {width!r}"
+        )
+    return AdversarialLoss(decode, LOSSES.get(distill)(decode), weight, lr, gamma, width)
