@@ -23,6 +23,7 @@ def cases():
             continue
         orders = {
             "ipndm": [1, 2, 3, 4],
+            "deis": [1, 2, 3, 4],
             "dyweight": [1, 3],
             "dpm_solver_pp": [2, 3],
             "unipc": [1, 2, 3],

@@ -5,6 +5,7 @@ Importing this package registers every solver; look them up with `SOLVERS.get(na
 
 from spanlift.solvers import (  # noqa: F401
     amed,
+    deis,
     dlms,
     dpm_solver_pp,
     dyweight,
