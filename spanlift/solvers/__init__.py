@@ -11,6 +11,7 @@ from spanlift.solvers import (  # noqa: F401
     dyweight,
     epd,
     euler,
+    gits,
     heun,
     ipndm,
     ld3,
