@@ -19,7 +19,7 @@ def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
 
 def cases():
     for name in SOLVERS.names():
-        if name in ("spanlift", "ld3", "gits"):
+        if name in ("spanlift", "ld3", "gits", "pas"):
             continue
         orders = {
             "ipndm": [1, 2, 3, 4],
@@ -46,7 +46,7 @@ def cases():
     for base in ("euler", "heun", "ipndm", "deis", "dpm_solver_pp", "unipc"):
         for afs in (False, True):
             nfe = 5 if base == "heun" and not afs else 4
-            for name in ("gits",):
+            for name in ("gits", "pas"):
                 yield name, nfe, {"base": base, "base_settings": {"afs": afs}}
     for base in ("amed", "epd", "amed_plugin", "epd_plugin"):
         for afs in (False, True):

@@ -15,6 +15,7 @@ from spanlift.solvers import (  # noqa: F401
     heun,
     ipndm,
     ld3,
+    pas,
     s4s_alt,
     spanlift,
     unipc,
