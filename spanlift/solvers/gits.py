@@ -140,7 +140,7 @@ def searchable(sigmas: Tensor | Grid) -> FixedGrid | LearnedGrid:
 
 @SOLVERS.register("gits")
 class GITS(OnBase):
-    """GITS: a base solver on the grid a DP picks from a fine teacher grid (module docstring)."""
+    """GITS: a base solver on the grid a DP picks over a fine grid from teacher warm-up paths."""
 
     name = "gits"
     citation = "Chen et al., ICML 2024 (GITS)"

@@ -26,7 +26,8 @@ grid point (`supervision = "trajectory"`, the loss the fit settings name). Its c
 absolute (c_1 starts at the mean ‖Δ_i‖ of its training set, shared by all samples); here they
 scale each sample's ‖Δ_i‖, which is what makes the untrained PAS its base. Its PCA is
 `torch.pca_lowrank` (randomised: exact only while the rows are at most K); here an exact SVD. It
-would correct one step earlier, where its last principal direction spans a null space (arbitrary).
+may correct one step earlier, where its last principal direction lies in the null space of the
+centred rows (numerically arbitrary).
 Its sampler also appends the uncorrected Δ_i to the rows at a corrected step (its training does
 not); here the rows are those of its training: the directions taken.
 """
