@@ -19,10 +19,11 @@ def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
 
 def cases():
     for name in NATIVE_SOLVERS:
-        if name in ("spanlift", "ld3"):
+        if name in ("spanlift", "ld3", "gits", "pas"):
             continue
         orders = {
             "ipndm": [1, 2, 3, 4],
+            "deis": [1, 2, 3, 4],
             "dyweight": [1, 3],
             "dpm_solver_pp": [2, 3],
             "unipc": [1, 2, 3],
@@ -42,6 +43,11 @@ def cases():
         for afs in (False, True):
             nfe = 5 if base == "heun" and not afs else 4
             yield "ld3", nfe, {"base": base, "base_settings": {"afs": afs}}
+    for base in ("euler", "heun", "ipndm", "deis", "dpm_solver_pp", "unipc"):
+        for afs in (False, True):
+            nfe = 5 if base == "heun" and not afs else 4
+            for name in ("gits", "pas"):
+                yield name, nfe, {"base": base, "base_settings": {"afs": afs}}
     for base in ("amed", "epd", "amed_plugin", "epd_plugin"):
         for afs in (False, True):
             yield "ld3", 3 if afs else 4, {"base": base, "base_settings": {"afs": afs}}

@@ -13,7 +13,7 @@ costs no evaluation. NFE is counted by `count_nfe`, never assumed.
 
 import inspect
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -172,6 +172,17 @@ class Solver(nn.Module):
     @abstractmethod
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
         """Δ_i, so that x_{i+1} = x_i + h_i Δ_i."""
+
+    @property
+    def searches(self) -> bool:
+        """Whether `prepare` runs a search that sets part of the state (GITS's grid): such a
+        solver is fitted even without trainable parameters. False here."""
+        return False
+
+    def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
+        """Called once by a fit before its first update, with the training noise in batches:
+        (the model for that batch, its states x = σ_max · noise at σ_max). A search that chooses
+        part of the state, kept as buffers so it checkpoints like parameters (GITS). Nothing here."""
 
     def inactive_parameters(self, iteration: int) -> list[nn.Parameter]:
         """Parameters a fit leaves unchanged at `iteration` (alternating schemes); none here."""

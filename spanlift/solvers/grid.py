@@ -35,6 +35,11 @@ class Grid(nn.Module):
     @abstractmethod
     def forward(self) -> Tensor: ...
 
+    def assign(self, sigmas: Tensor) -> None:
+        """Make the grid `sigmas` (same length and ends): a searched grid (GITS) written into the
+        grid a solver steps on. A grid computed from another module's state cannot be set."""
+        raise SettingsError(f"{type(self).__name__} is computed from its owner; it cannot be set")
+
 
 class FixedGrid(Grid):
     """The schedule's grid, kept as the buffer `sigmas`."""
@@ -45,6 +50,21 @@ class FixedGrid(Grid):
 
     def forward(self) -> Tensor:
         return self.sigmas
+
+    @torch.no_grad()
+    def assign(self, sigmas: Tensor) -> None:
+        self.sigmas.copy_(same_ends(self.sigmas, sigmas))
+
+
+def same_ends(grid: Tensor, sigmas: Tensor) -> Tensor:
+    """`sigmas` (float64, on the grid's device) if it is as long as `grid` and has its ends."""
+    new = torch.as_tensor(sigmas, dtype=grid.dtype, device=grid.device)
+    if new.shape != grid.shape or not torch.equal(new[[0, -1]], grid[[0, -1]]):
+        raise SettingsError(
+            f"a grid can only be set to σ of its length with its ends, got {new.tolist()} for "
+            f"{grid.tolist()}"
+        )
+    return new
 
 
 def as_grid(sigmas: Tensor | Grid) -> Grid:
@@ -72,12 +92,23 @@ class LearnedGrid(Grid):
     def __init__(self, sigmas: Tensor, solver: str = "ld3") -> None:
         super().__init__()
         grid = check_grid(sigmas, solver)
-        warped = grid ** (1 / RHO)
-        fractions = (warped[:-1] - warped[1:]) / (warped[0] - warped[-1])
-        floor = FLOOR * fractions.min()
         self.register_buffer("ends", grid[[0, -1]])
-        self.register_buffer("floor", floor)
-        self.logits = nn.Parameter(((fractions - floor) / (1 - len(fractions) * floor)).log())
+        self.register_buffer("floor", FLOOR * warped_fractions(grid).min())
+        self.logits = nn.Parameter(self.logits_for(grid))
+
+    def logits_for(self, grid: Tensor) -> Tensor:
+        """ℓ_k = ln((π_k − π_min) / (1 − N π_min)): the logits whose grid is `grid`."""
+        fractions = warped_fractions(grid)
+        return ((fractions - self.floor) / (1 - len(fractions) * self.floor)).log()
+
+    @torch.no_grad()
+    def assign(self, sigmas: Tensor) -> None:
+        """The logits of `sigmas` (ends unchanged); a step below the floor π_min is refused."""
+        grid = same_ends(self(), check_grid(sigmas, "a learned grid"))
+        logits = self.logits_for(grid)
+        if not bool(logits.isfinite().all()):
+            raise SettingsError(f"σ = {grid.tolist()} has a step below this learned grid's floor")
+        self.logits.copy_(logits)
 
     def fractions(self) -> Tensor:
         """π: the share of s_0 − s_N each step covers (positive, summing to one)."""
@@ -89,6 +120,12 @@ class LearnedGrid(Grid):
         passed = self.fractions().cumsum(0)[:-1]
         interior = (start - (start - end) * passed) ** RHO
         return torch.cat([self.ends[:1], interior, self.ends[1:]])
+
+
+def warped_fractions(grid: Tensor) -> Tensor:
+    """π_k = (s_k − s_{k+1}) / (s_0 − s_N), s = σ^{1/ρ}: the share of the warped range per step."""
+    warped = grid ** (1 / RHO)
+    return (warped[:-1] - warped[1:]) / (warped[0] - warped[-1])
 
 
 def learned_grid(sigmas: Tensor | Grid, solver: str) -> LearnedGrid:

@@ -45,7 +45,8 @@ def load_solver(spec: SolverSpec, checkpoint: Path | None, backbone: SigmaRange)
 
 
 def is_learnable(solver: Solver) -> bool:
-    return any(p.requires_grad for p in solver.parameters())
+    """Whether a fit changes the solver: it has trainable parameters, or a search (GITS)."""
+    return solver.searches or any(p.requires_grad for p in solver.parameters())
 
 
 def base_spec(spec: SolverSpec) -> SolverSpec:

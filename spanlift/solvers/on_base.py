@@ -6,6 +6,7 @@ as the base does (AFS included) and steps on the base's grid: its `grid` is the 
 handed to it, or learned, is the one both read.
 """
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ class OnBase(Solver):
         self.base = base
         self.afs = base.afs
         self.buffer_size = base.buffer_size
+        self.ends_at_zero = base.ends_at_zero
 
     @classmethod
     def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
@@ -74,3 +76,11 @@ class OnBase(Solver):
 
     def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
         return self.base.evaluate(denoiser, x, i)
+
+    @property
+    def searches(self) -> bool:
+        return self.base.searches
+
+    def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
+        """The base's preparation (a GITS base searches its grid)."""
+        self.base.prepare(batches)

@@ -30,6 +30,7 @@ every `log_every` iterations and its full state every `checkpoint_every` iterati
 exactly from such a state when given one as `resume`.
 """
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -273,7 +274,7 @@ def project_slack(slack: torch.Tensor, limits: torch.Tensor) -> None:
 
 def distributed(solver: Solver) -> torch.nn.Module:
     """DDP around the solver when torch.distributed is initialised (gradients averaged over ranks)."""
-    if not torch.distributed.is_initialized():
+    if not torch.distributed.is_initialized() or not trainable(solver):
         return solver
     device_ids = [solver_device(solver)] if solver_device(solver).type == "cuda" else None
     return torch.nn.parallel.DistributedDataParallel(
@@ -282,7 +283,7 @@ def distributed(solver: Solver) -> torch.nn.Module:
 
 
 def solver_device(solver: Solver) -> torch.device:
-    return next(solver.parameters()).device
+    return next(itertools.chain(solver.parameters(), solver.buffers())).device
 
 
 def rank() -> int:
@@ -305,11 +306,13 @@ def fit(
     of the teacher set, held out from training)."""
     params = trainable(solver)
     torch.manual_seed(settings.seed)
-    loss = objective(solver, settings, backbone)
     if validation is None:
         train, validation = split_validation(teacher, settings.validation)
     else:
         train = teacher
+    if not resume:
+        prepare(solver, backbone, train)
+    loss = objective(solver, settings, backbone)  # after `prepare`: it reads the solver's grid
     steps = Optimization.set_up(solver, params, train, settings)
     result = FitResult()
     if resume:
@@ -319,6 +322,8 @@ def fit(
     model = distributed(solver)
     start = time.perf_counter() - result.seconds
     first = resume["iteration"] if resume else 0
+    if not params:  # a search alone (GITS): one pass scores and reports the searched state
+        first = max(first, settings.iterations - 1)
     bar = tqdm(
         range(first, settings.iterations),
         initial=first,
@@ -356,11 +361,23 @@ def fit(
 
 
 def trainable(solver: Solver) -> list[torch.nn.Parameter]:
-    """The parameters a fit updates; a solver without any is refused."""
+    """The parameters a fit updates; a solver without any is refused, unless it searches."""
     params = [p for p in solver.parameters() if p.requires_grad]
-    if not params:
+    if not params and not solver.searches:
         raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
     return params
+
+
+@torch.no_grad()
+def prepare(solver: Solver, backbone: Backbone, train: TeacherSet) -> None:
+    """The solver's own search on the training noise, in the backbone's sampling batches, once
+    before the first update (GITS's grid; nothing for most solvers)."""
+    device, size = solver_device(solver), backbone.sampling_batch()
+    parts = (train.subset(slice(start, start + size)) for start in range(0, len(train), size))
+    solver.prepare(
+        (conditioned(backbone, on_device(p.cond, device)), backbone.prior(p.noise.to(device)))
+        for p in parts
+    )
 
 
 Best = dict[str, Any]
@@ -445,6 +462,8 @@ class Optimization:
                 f"fit of {solver.spec.label()} diverged: loss is {value.item()} at iteration "
                 f"{iteration} (lr={settings.lr}); lower lr or grad_clip"
             )
+        if not self.params:  # nothing to update (a solver fitted by its search alone)
+            return value.item()
         self.optimizer.zero_grad(set_to_none=True)
         value.backward()
         for p in solver.inactive_parameters(iteration):  # alternating schemes (S4S-Alt)

@@ -1,0 +1,218 @@
+"""GITS (Chen et al., ICML 2024, "On the Trajectory Regularity of ODE-based Diffusion Sampling"):
+a base solver on a time grid chosen by dynamic programming over a fine teacher grid.
+
+Warm-up: a teacher solver runs from the training noise over a fine grid τ_0 > … > τ_M (M =
+`fine_steps`, the `fine_schedule` between the grid's ends), keeping its states y_m and derivatives
+d_m = (y_m − D(y_m, τ_m)) / τ_m. The cost of a coarse step τ_m → τ_n (m < n) is how far one Euler
+step from the teacher's state lands from the teacher's state there, averaged over the samples:
+
+    ŷ_{mn} = y_m + (τ_n − τ_m) d_m,
+    c_{mn} = mean ‖ŷ_{mn} − y_n‖₁  (`l1`),   mean ‖ŷ_{mn} − y_n‖₂  (`l2`),
+             mean [dev(ŷ_{mn}) − dev(y_n)]  (`dev`, the default),
+    dev(z) = ‖(y_M − z) − ⟨y_M − z, e⟩ e‖,   e = (y_M − y_0) / ‖y_M − y_0‖
+
+(dev: the distance from the chord y_0 → y_M, the trajectory regularity the paper builds on).
+The N-step path 0 = m_0 < m_1 < … < m_N = M minimises the cost with later steps weighted by γ:
+
+    V_1(m) = c_{mM},     V_k(m) = min_{m<n<M} c_{mn} + γ V_{k−1}(n),     γ = `coeff` (1.15),
+
+followed from m_0 = 0 (the first minimum on ties), and the grid is σ_k = τ_{m_k}.
+
+The search is no gradient fit: a fit calls `prepare` once before its first update with the
+training noise, which runs the warm-up and the DP and writes the chosen σ into the grid the base
+steps on (a buffer, so the solver checkpoints and reloads like any fitted one; `searched` records
+that it ran, and a searched GITS keeps its grid). GITS is a solver over a base, like LD3, and not
+a schedule: a schedule is a pure function of the step count, while the chosen grid depends on the
+model and is state. Unsearched, GITS is its base on the base schedule. A grid ending at σ = 0
+(`edm_to_zero`) keeps that last step; the search covers σ_0 … σ_{N−1}. Handed a learned grid (LD3
+over GITS), the search sets its logits: LD3 then starts from the searched grid.
+
+Against diff-sampler's gits-main: its `num_steps` counts time points (the README's 7-point
+CIFAR-10 grid is 6 steps, NFE 6 for iPNDM); spanlift counts steps. Its AFS keeps the DP's N
+steps and inserts one more point between the first two, chosen by the sampled endpoint error;
+here AFS is the base's own setting, which makes N = NFE + 1 steps, and the DP searches all of
+them. Its warm-up teacher is iPNDM of its default order 4 on 61 points; here `teacher` and
+`teacher_settings` (the teacher's own defaults when unset: iPNDM order 3; {order: 4} is gits-main's).
+"""
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from spanlift.errors import SettingsError
+from spanlift.registry import Registry
+from spanlift.solvers.base import Denoiser, History, Solver, Step
+from spanlift.solvers.grid import FixedGrid, Grid, LearnedGrid
+from spanlift.solvers.on_base import OnBase, build_base
+from spanlift.solvers.operators import check_positive
+from spanlift.solvers.registry import SOLVERS
+from spanlift.solvers.schedules import SCHEDULES
+from spanlift.solvers.spec import check_settings, ends_at_zero
+
+Metric = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""(candidates ŷ, teacher states y, y_0, y_M), each (…, B, D) → the per-row batch mean cost."""
+METRICS: Registry[Metric] = Registry("gits metric")
+
+
+@METRICS.register("l1")
+def l1_cost(candidates: Tensor, targets: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    return (candidates - targets).abs().sum(-1).mean(-1)
+
+
+@METRICS.register("l2")
+def l2_cost(candidates: Tensor, targets: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    return (candidates - targets).norm(dim=-1).mean(-1)
+
+
+@METRICS.register("dev")
+def deviation_cost(candidates: Tensor, targets: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    return (chord_distance(candidates, start, end) - chord_distance(targets, start, end)).mean(-1)
+
+
+def chord_distance(points: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    """‖(y_M − z) − ⟨y_M − z, e⟩ e‖ with e = (y_M − y_0)/‖y_M − y_0‖, per sample (last dim D)."""
+    unit = (end - start) / (end - start).norm(dim=-1, keepdim=True)
+    offset = end - points
+    return (offset - (offset * unit).sum(-1, keepdim=True) * unit).norm(dim=-1)
+
+
+def warm_up(teacher: Solver, denoiser: Denoiser, x: Tensor) -> tuple[Tensor, Tensor]:
+    """The teacher's states y_0 … y_M (M+1, B, D) and derivatives d_0 … d_{M−1} (M, B, D)."""
+    states, derivatives = [x.flatten(1)], []
+    for step in teacher.steps(denoiser, x):
+        derivatives.append(step.history[0].derivative.flatten(1))
+        states.append(step.x_next.flatten(1))
+    return torch.stack(states), torch.stack(derivatives)
+
+
+def cost_matrix(fine: Tensor, states: Tensor, derivatives: Tensor, metric: Metric) -> Tensor:
+    """c_{mn} for m < n on the fine grid (float64, (M+1) × (M+1), zero elsewhere); computed in
+    float32 at least."""
+    work = torch.promote_types(states.dtype, torch.float32)
+    states, derivatives = states.to(work), derivatives.to(work)
+    last = len(fine) - 1
+    cost = torch.zeros(last + 1, last + 1, dtype=torch.float64)
+    sigmas = fine.to(work)
+    for m in range(last):
+        h = (sigmas[m + 1 :] - sigmas[m]).reshape(-1, 1, 1)
+        candidates = states[m] + h * derivatives[m]
+        row = metric(candidates, states[m + 1 :], states[0], states[-1])
+        cost[m, m + 1 :] = row.double().cpu()
+    return cost
+
+
+def dynamic_programming(cost: Tensor, steps: int, coeff: float) -> list[int]:
+    """0 = m_0 < … < m_N = M minimising V (module docstring); the first minimum on ties."""
+    last = len(cost) - 1
+    inside = torch.ones_like(cost, dtype=torch.bool).triu(1)
+    inside[:, last] = False  # a step to τ_M is V_1's
+    inner = torch.where(inside, cost, math.inf)  # c_{mn} for m < n < M, inf elsewhere
+    value, choices = cost[:, last], []
+    for _ in range(steps - 1):
+        totals = inner + coeff * value[None, :]
+        choice = totals.argmin(dim=1)
+        value = totals.gather(1, choice[:, None])[:, 0]
+        choices.append(choice)
+    path = [0]
+    for choice in reversed(choices):
+        path.append(int(choice[path[-1]]))
+    return [*path, last]
+
+
+def check_coeff(coeff: float) -> float:
+    if isinstance(coeff, bool) or not isinstance(coeff, int | float) or not 0 < coeff < math.inf:
+        raise SettingsError(f"gits coeff must be a finite number > 0, got {coeff!r}")
+    return float(coeff)
+
+
+def searchable(sigmas: Tensor | Grid) -> FixedGrid | LearnedGrid:
+    """The grid GITS writes its search into: a tensor as a fixed grid, or the fixed or learned
+    grid it is handed (LD3 over GITS); a grid computed from another solver is refused."""
+    if isinstance(sigmas, FixedGrid | LearnedGrid):
+        return sigmas
+    if isinstance(sigmas, Grid):
+        raise SettingsError("gits searches its own grid; it cannot step on another solver's")
+    return FixedGrid(sigmas)
+
+
+@SOLVERS.register("gits")
+class GITS(OnBase):
+    """GITS: a base solver on the grid a DP picks over a fine grid from teacher warm-up paths."""
+
+    name = "gits"
+    citation = "Chen et al., ICML 2024 (GITS)"
+    reference = "zju-pi/diff-sampler gits-main/gits_utils.py get_dp_list, dp"
+
+    def __init__(
+        self,
+        sigmas: Tensor | Grid,
+        channels: int = 1,
+        base: str = "ipndm",
+        base_settings: dict[str, Any] | None = None,
+        teacher: str = "ipndm",
+        teacher_settings: dict[str, Any] | None = None,
+        fine_steps: int = 60,
+        fine_schedule: str = "edm",
+        metric: str = "dev",
+        coeff: float = 1.15,
+    ) -> None:
+        super().__init__(build_base(self.name, base, searchable(sigmas), channels, base_settings))
+        self.teacher, self.teacher_settings = teacher, dict(teacher_settings or {})
+        check_settings(teacher, self.teacher_settings)
+        searched_steps = self.num_steps - int(self.ends_at_zero)
+        self.fine_steps = check_positive("gits fine_steps", fine_steps)
+        if fine_steps < searched_steps:
+            raise SettingsError(
+                f"gits fine_steps must be at least the {searched_steps} steps it chooses, got {fine_steps}"
+            )
+        if ends_at_zero(fine_schedule):
+            raise SettingsError(f"gits fine_schedule must end above σ = 0, got {fine_schedule!r}")
+        self.fine_schedule, self.channels = fine_schedule, channels
+        self.metric = METRICS.get(metric)
+        self.coeff = check_coeff(coeff)
+        self.register_buffer("searched", torch.tensor(False))
+
+    @property
+    def searches(self) -> bool:
+        return True
+
+    def fine_grid(self) -> Tensor:
+        """τ_0 … τ_M: the fine schedule between the ends of the grid the search covers."""
+        grid = self.sigmas.detach()
+        top, bottom = float(grid[0]), float(grid[-2] if self.ends_at_zero else grid[-1])
+        fine = SCHEDULES.get(self.fine_schedule)(self.fine_steps, bottom, top)
+        fine[0], fine[-1] = top, bottom  # exactly the grid's ends, not their rounding
+        return fine.to(grid.device)
+
+    @torch.no_grad()
+    def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
+        """Search the grid on the training states at σ_max, batch by batch (the cost is the mean
+        over all samples); once: a searched GITS keeps its grid."""
+        if bool(self.searched):
+            return
+        fine = self.fine_grid()
+        teacher = SOLVERS.get(self.teacher).build(fine, self.channels, **self.teacher_settings)
+        total, samples = torch.zeros(len(fine), len(fine), dtype=torch.float64), 0
+        for denoiser, x in batches:
+            states, derivatives = warm_up(teacher.to(x.device), denoiser, x)
+            total += len(x) * cost_matrix(fine, states, derivatives, self.metric)
+            samples += len(x)
+        if not samples:
+            raise SettingsError("gits needs training noise to search its grid; it was given none")
+        cost = total / samples
+        path = dynamic_programming(cost, self.num_steps - int(self.ends_at_zero), self.coeff)
+        chosen = fine[path]
+        if self.ends_at_zero:
+            chosen = torch.cat([chosen, chosen.new_zeros(1)])
+        self.grid.assign(chosen)
+        self.searched.fill_(True)
+
+    def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
+        """The base's own rollout, on the (searched) grid."""
+        return self.base.steps(denoiser, x)
+
+    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
+        return self.base.direction(i, x, history, denoiser)

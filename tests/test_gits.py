@@ -1,0 +1,169 @@
+"""GITS against its authors' code (diff-sampler gits-main: `dp`, `get_dp_list`, `ipndm_sampler`;
+tests/fixtures/gits_reference.json), its unsearched state, and its search inside a fit."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from spanlift.errors import SettingsError, UnknownNameError
+from spanlift.platform.fitting.fit import FitSettings, fit
+from spanlift.platform.sampling.teacher import generate_teacher
+from spanlift.platform.sweep.config import parse_sweep
+from spanlift.solvers import SOLVERS, SolverSpec, build_solver, save_solver
+from spanlift.solvers.gits import GITS, METRICS, cost_matrix, dynamic_programming, warm_up
+from spanlift.solvers.loading import is_learnable, load_solver
+from spanlift.solvers.schedules import SCHEDULES, edm_polynomial
+
+from .conftest import noise_like
+
+REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "gits_reference.json").read_text())
+README_GRID = REFERENCE["readme_grid"]["grid"]
+
+
+def build(backbone, nfe=4, schedule="edm", **settings):
+    spec = SolverSpec("gits", nfe, schedule, settings)
+    return build_solver(spec, backbone.sigma_min, backbone.sigma_max, 1)
+
+
+def endpoint(solver, backbone, x):
+    with torch.no_grad():
+        return solver(backbone.denoise, x)
+
+
+def test_dp_returns_the_reference_index_lists():
+    dp = REFERENCE["dp"]
+    for case in dp["cases"]:
+        cost = torch.tensor(dp[f"cost_{case['matrix']}"], dtype=torch.float64)
+        path = dynamic_programming(cost, case["num_steps"] - 1, case["coeff"])
+        assert path == case["indices"], case
+
+
+def upper_to_matrix(values: list[float], size: int) -> torch.Tensor:
+    matrix = torch.zeros(size, size, dtype=torch.float64)
+    rows, cols = torch.triu_indices(size, size, 1)
+    matrix[rows, cols] = torch.tensor(values, dtype=torch.float64)
+    return matrix
+
+
+def test_search_on_the_gmm_equals_the_reference(gmm64):
+    """The warm-up (iPNDM order 4 on 61 EDM points), the cost matrix of each metric and the DP's
+    points, from the reference's warm-up noise. The reference steps with float32 σ and stores the
+    cost in float32: measured gaps ≤ 5e-6 of the largest cost."""
+    search = REFERENCE["search"]
+    noise = torch.randn(
+        64, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64
+    )
+    gits = GITS(edm_polynomial(6, 0.002, 80.0), base_settings={"order": 4})
+    fine = gits.fine_grid()
+    teacher = SOLVERS.get("ipndm")(fine, order=4)
+    states, derivatives = warm_up(teacher, gmm64.denoise, gmm64.prior(noise))
+    for metric in ("dev", "l2", "l1"):
+        expected = upper_to_matrix(search[metric]["cost_upper"], len(fine))
+        cost = cost_matrix(fine, states, derivatives, METRICS.get(metric))
+        torch.testing.assert_close(cost, expected, rtol=0, atol=2e-5 * expected.abs().max())
+        assert dynamic_programming(cost, 6, 1.15) == search[metric]["indices"], metric
+    searched = GITS(
+        edm_polynomial(6, 0.002, 80.0), base_settings={"order": 4}, teacher_settings={"order": 4}
+    )
+    searched.prepare([(gmm64.denoise, gmm64.prior(noise))])
+    assert torch.equal(searched.sigmas, fine[search["dev"]["indices"]])
+    assert bool(searched.searched)
+
+
+def test_ipndm_on_the_readme_grid_equals_the_reference_sampler(gmm64):
+    """gits-main's README grid for CIFAR-10 has 7 time points (its `num_steps`): 6 steps, NFE 6
+    for iPNDM, which is how spanlift counts it."""
+    assert len(README_GRID) == 7
+    gits = build(gmm64, nfe=6, base_settings={"order": 4})
+    assert gits.num_steps == 6
+    grid = gits.sigmas.clone()  # its ends, 80 and 0.002 to rounding; the README's points between
+    grid[1:-1] = torch.tensor(README_GRID[1:-1], dtype=torch.float64)
+    gits.grid.assign(grid)
+    noise = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x = endpoint(gits, gmm64, gmm64.prior(noise)).flatten()
+    expected = torch.tensor(REFERENCE["readme_grid"]["endpoint"], dtype=torch.float64)
+    torch.testing.assert_close(x, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("base", ["euler", "heun", "ipndm", "deis", "dpm_solver_pp", "dyweight"])
+@pytest.mark.parametrize("schedule", ["edm", "logsnr", "edm_to_zero"])
+def test_unsearched_gits_is_its_base(gmm64, base, schedule):
+    nfe = 5 if base == "heun" else 4
+    x = gmm64.prior(noise_like(gmm64, 4, dtype=torch.float64))
+    gits = build(gmm64, nfe, schedule, base=base).double()
+    plain = build_solver(SolverSpec(base, nfe, schedule), 0.002, 80.0, 1).double()
+    assert torch.equal(endpoint(gits, gmm64, x), endpoint(plain, gmm64, x))
+    assert not bool(gits.searched) and is_learnable(gits) and gits.nfe == plain.nfe
+
+
+def test_a_fit_searches_on_the_training_noise_and_the_grid_reloads(gmm, tmp_path):
+    """GITS has no trainable parameters: the fit runs its search once and keeps the grid as
+    state; the checkpoint reloads it; a searched GITS does not search again."""
+    train = generate_teacher(gmm, range(24), SolverSpec("ipndm", 12), progress=False)
+    gits = build(gmm, 4, fine_steps=20)
+    initial = gits.sigmas.clone()
+    result = fit(gits, gmm, train, FitSettings(iterations=3, batch_size=8), progress=False)
+    assert bool(gits.searched) and len(result.losses) == 1
+    grid = gits.sigmas.clone()
+    assert not torch.equal(grid, initial) and grid[0] == initial[0] and grid[-1] == initial[-1]
+    fine = SCHEDULES.get("edm")(20, 0.002, 80.0)
+    assert all(torch.isclose(fine, s, rtol=1e-12).any() for s in grid), "points of the fine grid"
+    path = save_solver(tmp_path / "gits.pt", gits)
+    loaded = load_solver(gits.spec, path, gmm)
+    assert torch.equal(loaded.sigmas, grid) and bool(loaded.searched)
+    x = gmm.prior(noise_like(gmm, 4))
+    assert torch.equal(endpoint(loaded, gmm, x), endpoint(gits, gmm, x))
+    loaded.prepare([(gmm.denoise, gmm.prior(noise_like(gmm, 8, seed=5)))])
+    assert torch.equal(loaded.sigmas, grid)
+
+
+def test_the_search_keeps_a_last_step_to_zero_and_sets_a_learned_grid(gmm):
+    x = gmm.prior(noise_like(gmm, 16))
+    to_zero = build(gmm, 4, "edm_to_zero", fine_steps=12)
+    to_zero.prepare([(gmm.denoise, x)])
+    grid = to_zero.sigmas
+    assert grid[-1] == 0 and grid[-2] == pytest.approx(0.002) and to_zero.ends_at_zero
+    ld3 = build_solver(SolverSpec("ld3", 4, settings={"base": "gits"}), 0.002, 80.0, 1)
+    ld3.prepare([(gmm.denoise, x)])
+    gits = build(gmm, 4)
+    gits.prepare([(gmm.denoise, x[:5]), (gmm.denoise, x[5:])])  # batches: the same mean cost
+    torch.testing.assert_close(ld3.sigmas.detach(), gits.sigmas, rtol=1e-12, atol=0)
+    assert ld3.base.grid.logits.requires_grad, "LD3 goes on learning from the searched grid"
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "shown"),
+    [
+        ({"fine_steps": 2}, SettingsError, "fine_steps must be at least the 4"),
+        ({"fine_schedule": "edm_to_zero"}, SettingsError, "fine_schedule"),
+        ({"fine_schedule": "karras"}, UnknownNameError, "karras"),
+        ({"metric": "l3"}, UnknownNameError, "l3"),
+        ({"coeff": 0}, SettingsError, "coeff"),
+        ({"teacher_settings": {"ordre": 4}}, SettingsError, "ordre"),
+        ({"base": "s4s_alt"}, SettingsError, "s4s_alt learns its own grid"),
+    ],
+)
+def test_bad_settings_are_one_line(gmm, settings, error, shown):
+    with pytest.raises(error, match=shown):
+        build(gmm, 4, **settings)
+
+
+def test_a_sweep_entry_validates():
+    config = parse_sweep(
+        {
+            "experiment": "t",
+            "backbone": "gmm",
+            "solvers": [
+                {
+                    "name": "gits",
+                    "nfe": [4, 6],
+                    "settings": {"base_settings": {"order": 4}, "teacher_settings": {"order": 4}},
+                    "search": {"coeff": [1.1, 1.15]},
+                    "fit": {"iterations": 1},
+                }
+            ],
+        }
+    )
+    assert len(config.trials()) == 4
