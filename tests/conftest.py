@@ -1,12 +1,18 @@
-"""Shared fixtures: the analytic Gaussian-mixture backbone and small teacher sets."""
+"""Shared fixtures: the analytic Gaussian-mixture backbone, small teacher sets, and an experiment
+in a real MLflow sqlite store."""
+
+from pathlib import Path
 
 import pytest
 import torch
+from mlflow.tracking import MlflowClient
 
 from spanlift.backbones import load_backbone
 from spanlift.platform.sampling.teacher import generate_teacher
 from spanlift.solvers import SOLVERS
 from spanlift.solvers.peers import PeerSolver
+
+from .mlflow_store import Store
 
 NATIVE_SOLVERS = sorted(name for name, cls in SOLVERS if not issubclass(cls, PeerSolver))
 """The solvers whose loop is spanlift's. Peer solvers run another library's loop (diffusers,
@@ -37,3 +43,18 @@ def noise_like(backbone, n: int, seed: int = 0, dtype=torch.float32) -> torch.Te
     return torch.randn(
         n, *backbone.shape, generator=torch.Generator().manual_seed(seed), dtype=dtype
     )
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One sqlite store for the module (creating its tables takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+
+
+@pytest.fixture
+def store(uri: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A fresh experiment of the test's own."""
+    client = MlflowClient(uri)
+    name = request.node.name
+    client.create_experiment(name, artifact_location=(tmp_path / "artifacts").as_uri())
+    return Store(client, uri, name)

@@ -7,13 +7,9 @@ import pandas as pd
 import pytest
 
 from spanlift.errors import SettingsError
-from spanlift.platform.tracking.leaderboard import (
-    format_leaderboard,
-    leaderboard,
-    plot_leaderboard,
-    rank,
-    write_csv,
-)
+from spanlift.platform.tracking.board_format import format_leaderboard, write_csv
+from spanlift.platform.tracking.board_plot import plot_leaderboard
+from spanlift.platform.tracking.leaderboard import leaderboard, rank
 from spanlift.platform.tracking.runs import ConfigurationRuns, absolute_uri, connect, experiment_id
 
 

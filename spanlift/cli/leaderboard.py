@@ -1,10 +1,13 @@
-"""`spanlift leaderboard`: the best configuration per solver of an experiment, from MLflow."""
+"""`spanlift leaderboard`: each solver's configuration chosen on validation seeds, ranked by its
+test value with intervals and ties, from MLflow; as a table for the console or a paper."""
 
 import argparse
 from pathlib import Path
 from typing import Any
 
 from spanlift.cli.options import TRACKING_DEFAULTS, command
+
+FORMATS = ("text", "markdown", "latex", "csv")
 
 
 def add_commands(sub: Any) -> None:
@@ -18,24 +21,53 @@ def add_leaderboard_options(board: argparse.ArgumentParser) -> None:
     board.add_argument("--mode", choices=["min", "max"], help="default: by metric")
     board.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
     board.add_argument("--by-fit", action="store_true", help="rank fits of one budget together")
+    board.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="the table printed: text, markdown or latex (with the protocol footer), or csv",
+    )
+    board.add_argument(
+        "--columns",
+        default="",
+        help="other metrics to show, comma-separated, e.g. error_median,error_p90",
+    )
     board.add_argument("--csv", type=Path, help="also write the table as CSV")
     board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
+    board.add_argument(
+        "--samples",
+        type=Path,
+        help="also draw the same test seeds from the teacher and each ranked solver (PNG)",
+    )
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:
-    from spanlift.platform.tracking import leaderboard as board
+    import sys
+
+    from spanlift.platform.tracking import board_format
+    from spanlift.platform.tracking.board_plot import plot_leaderboard
+    from spanlift.platform.tracking.board_samples import sample_figure
+    from spanlift.platform.tracking.leaderboard import leaderboard
     from spanlift.platform.tracking.metrics import default_mode
     from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
 
     client = connect(resolve_tracking_uri(args.tracking_uri), read_only=True)
     mode = args.mode or default_mode(args.metric)
-    entries = board.leaderboard(client, args.experiment, args.metric, mode, args.by_fit)
-    better = "lower" if mode == "min" else "higher"
-    print(
-        f"{args.experiment}: best configuration per solver, ranked by {args.metric} ({better} is better)"
-    )
-    print(board.format_leaderboard(entries, args.metric))
+    columns = tuple(name.strip() for name in args.columns.split(",") if name.strip())
+    entries = leaderboard(client, args.experiment, args.metric, mode, args.by_fit, columns)
+    if args.format == "csv":
+        board_format.write_csv(entries, sys.stdout)
+    else:
+        if args.format == "text":
+            better = "lower" if mode == "min" else "higher"
+            print(
+                f"{args.experiment}: each solver's configuration chosen on validation seeds, "
+                f"ranked by {args.metric} on test seeds ({better} is better)"
+            )
+        print(board_format.FORMATS[args.format](entries, args.metric, columns))
     if args.csv:
-        print(f"csv: {board.write_csv(entries, args.csv)}")
+        print(f"csv: {board_format.write_csv(entries, args.csv)}")
     if args.plot:
-        print(f"plot: {board.plot_leaderboard(entries, args.metric, args.plot)}")
+        print(f"plot: {plot_leaderboard(entries, args.metric, args.plot)}")
+    if args.samples:
+        print(f"samples: {sample_figure(client, entries, args.samples)}")

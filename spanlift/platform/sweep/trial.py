@@ -45,6 +45,7 @@ from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.results.provenance import run_environment
+from spanlift.platform.results.resolved import ResolvedConfiguration, write_resolved
 from spanlift.platform.results.tracking import configuration_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import Score, score
@@ -56,15 +57,19 @@ from spanlift.platform.sweep.train_fit import fit_on_ray_train
 from spanlift.platform.sweep.trial_fit import fit_in_trial
 from spanlift.platform.tracking.metrics import EVALUATION_METRICS
 from spanlift.platform.tracking.per_sample import write_errors
-from spanlift.platform.tracking.runs import CODE_TAG, PARENT_TAG, ConfigurationRuns, run_name
+from spanlift.platform.tracking.runs import (
+    CODE_TAG,
+    PARENT_TAG,
+    REPLICATE_PARAM,
+    ConfigurationRuns,
+    run_name,
+)
 from spanlift.seeds import describe
 from spanlift.solvers import Solver, SolverSpec, build_solver
 from spanlift.solvers.loading import is_learnable
 from spanlift.solvers.spanlift import SpanLift
 
 NODE_TAG, HOST_TAG = "spanlift.node_id", "spanlift.host"
-REPLICATE_PARAM = "configuration.key"
-"""The run param shared by the replicates of one configuration (its key up to the fit seed)."""
 SUMMED = ("fit_seconds", "eval_seconds", "model_loads")
 """Metrics a trial reports as the sum over its replicates (the others: their mean)."""
 
@@ -460,10 +465,27 @@ def replicate_files(
     scores, the fitted checkpoint) and the diagnostics' metric."""
     grid = save_sample_grid(samples, folder / "samples.png")
     errors = write_errors(folder, scored.seeds.numpy(), scored.errors.numpy())
+    resolved = write_resolved(folder, resolved_configuration(fitted.spec, context))
     diagnostics, ratio = trial_diagnostics(fitted.solver, context, backbone, folder)
     scores = skill_file(report, folder)
     checkpoint = [fitted.path] if fitted.path else []
-    return [grid, errors, *diagnostics, *scores, *checkpoint], ratio
+    return [grid, errors, resolved, *diagnostics, *scores, *checkpoint], ratio
+
+
+def resolved_configuration(spec: SolverSpec, context: SweepContext) -> ResolvedConfiguration:
+    """Everything re-running the replicate needs (`spanlift rerun`)."""
+    config = context.config
+    return ResolvedConfiguration(
+        backbone=config.backbone,
+        backbone_options=config.backbone_options,
+        solver=spec.to_dict(),
+        teacher=config.teacher.solver.to_dict(),
+        seeds={role: [s.start, s.stop] for role, s in sweep_seeds(config).items()},
+        fit=config.fit.to_dict(),
+        workers=config.resources.workers,
+        threads=torch.get_num_threads(),
+        device=str(context.device),
+    )
 
 
 def skill_file(report: SampleReport | None, folder: Path) -> list[Path]:

@@ -1,48 +1,67 @@
 """The leaderboard: a query over an experiment's finished MLflow runs.
 
-Per backbone and NFE, each solver appears once, with its best configuration by the metric, and
-solvers are ranked by that value. A value is ranked only against values measured the same way:
-runs are grouped by the params the metric is measured against (`metrics.METRICS[metric].against`,
-e.g. the teacher and its test seeds for RMSE, the detector and reference for FID; for a metric not
-in the catalogue, its own `<metric>.*` params), and with `by_fit` also by the fit budget
-(`metrics.FIT_BUDGET`). A param a run did not log counts as empty. Written as a text table with a
-line before each group saying what it was measured against, optionally as CSV and as a plot of the
-metric per solver: a line over NFE, or bars at a single NFE.
+Per backbone and NFE, each solver appears once, with one configuration, and solvers are ranked by
+its value. How rankings are made (docs/evaluation.md, "How rankings are made"):
+
+- **Comparable values.** A value is ranked only against values measured the same way: runs are
+  grouped by the params the metric is measured against (`metrics.METRICS[metric].against`, e.g.
+  the teacher and its test seeds for RMSE, the detector and reference for FID; for a metric not
+  in the catalogue, its own `<metric>.*` params), and with `by_fit` also by the fit budget
+  (`metrics.FIT_BUDGET`). A param a run did not log counts as empty.
+- **Replicates.** Runs of one configuration fitted from different seeds (param
+  `configuration.key`) are one row: the mean of their test values, their standard deviation, n,
+  and a 95 % Student t interval (`platform/statistics.py`).
+- **Choice on validation seeds.** Each solver's configuration is the one with the best mean
+  validation value (`val_<metric>`); test values never choose. Runs recorded before validation
+  seeds existed have none: such a solver's row is chosen on test values and marked †.
+- **Ties.** Each row is compared with the row ranked below it on the same test seeds: for RMSE a
+  two-level bootstrap interval of their ratio over test seeds and fit seeds (`comparison.py`), for
+  other metrics a Welch interval over the replicates. Within noise, the row is marked ≈.
 
 The `ends` column says where a row's sampling ended: at σ_min (the platform's protocol, as
 DyWeight and diff-sampler) or at σ = 0 (EDM's own `generate.py`, schedule `edm_to_zero`), since
-EDM's published teacher FIDs use the latter.
+EDM's published teacher FIDs use the latter. Formats (text, Markdown, LaTeX, CSV) are in
+`board_format.py`, the plot in `board_plot.py`.
 """
 
-import textwrap
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.ticker import FormatStrFormatter
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
+from spanlift.platform.statistics import replicate_interval
+from spanlift.platform.tracking.comparison import compare_neighbours
+from spanlift.platform.tracking.entry import Entry
 from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS
-from spanlift.platform.tracking.runs import experiment_id
+from spanlift.platform.tracking.runs import REPLICATE_PARAM, experiment_id
 
-
-@dataclass(frozen=True)
-class Entry:
-    backbone: str
-    scale: str  # what the value is measured against: "teacher=..., teacher.test_seeds=..." or ""
-    nfe: int
-    rank: int
-    solver: str
-    configuration: str
-    value: float
-    runs: int
-    run_id: str
-    ends: str = "σ_min"  # where sampling ended: "σ_min", or "σ=0" (EDM's protocol)
+PROTOCOL_PARAMS = (
+    "teacher",
+    "schedule",
+    "teacher.train_seeds",
+    "teacher.validation_seeds",
+    "teacher.test_seeds",
+    "teacher.test_samples",
+    "fid.detector",
+    "fid.reference",
+    "fid.samples",
+    "fid.validation_seeds",
+    "eval.samples",
+    "fit.iterations",
+    "fit.seed",
+    "env.dtype",
+    "env.device",
+    "env.gpus",
+    "env.threads",
+    "env.commit",
+    "env.modified",
+    "code.version",
+)
+"""What a table's protocol footer reports, read from the params of the runs it ranks."""
 
 
 def sampling_end(schedule: str) -> str:
@@ -67,25 +86,39 @@ def measured_against(params: dict[str, str], names: tuple[str, ...]) -> str:
     return ", ".join(f"{name}={params[name]}" for name in names if params.get(name, ""))
 
 
-def runs_table(runs: list[Run], metric: str, by_fit: bool = False) -> pd.DataFrame:
+def validation_name(metric: str) -> str:
+    """The metric's value on validation seeds, as runs log it."""
+    return metric if metric.startswith("val_") else f"val_{metric}"
+
+
+def runs_table(
+    runs: list[Run], metric: str, by_fit: bool = False, columns: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """One row per run of `runs` that logged `metric`: backbone, what the value is measured
-    against (`scale`), nfe, solver, configuration, value, run_id."""
+    against (`scale`), nfe, solver, configuration, its replicate group, value, validation value
+    (NaN when not logged), run_id, the `columns` asked for and the protocol params."""
     runs = [r for r in runs if metric in r.data.metrics]
     names = comparison_params(metric, (name for r in runs for name in r.data.params), by_fit)
-    return pd.DataFrame([_row(run, metric, names) for run in runs])
+    return pd.DataFrame([_row(run, metric, names, columns) for run in runs])
 
 
-def _row(run: Run, metric: str, names: tuple[str, ...]) -> dict:
+def _row(run: Run, metric: str, names: tuple[str, ...], columns: tuple[str, ...]) -> dict:
     params, metrics = run.data.params, run.data.metrics
+    protocol = {name: params[name] for name in PROTOCOL_PARAMS if params.get(name, "")}
+    version = run.data.tags.get("spanlift.code_version")
     return {
         "backbone": params.get("backbone", "?"),
         "scale": measured_against(params, names),
         "nfe": int(params.get("nfe", metrics.get("nfe", 0))),
         "solver": params.get("solver", "?"),
         "configuration": params.get("configuration", run.info.run_name),
+        "group": params.get(REPLICATE_PARAM) or run.info.run_id,
         "ends": sampling_end(params.get("schedule", "edm")),
         "value": metrics[metric],
+        "validation": metrics.get(validation_name(metric), np.nan),
         "run_id": run.info.run_id,
+        "columns": {name: metrics[name] for name in columns if name in metrics},
+        "protocol": {**protocol, **({"code.version": version} if version else {})},
     }
 
 
@@ -101,34 +134,109 @@ def _all_runs(client: MlflowClient, experiment: str) -> list:
             return runs
 
 
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration of a solver in a group: its replicates' runs and values."""
+
+    solver: str
+    configuration: str
+    runs: pd.DataFrame
+
+    @property
+    def test(self) -> float:
+        return float(self.runs["value"].mean())
+
+    @property
+    def validation(self) -> float | None:
+        """The mean validation value; None unless every replicate logged one."""
+        values = self.runs["validation"]
+        return None if values.isna().any() else float(values.mean())
+
+
+def configurations(group: pd.DataFrame) -> list[Configuration]:
+    """The group's configurations: runs sharing solver and replicate group, in first-run order."""
+    return [
+        Configuration(solver, str(part["configuration"].iloc[0]), part)
+        for (solver, _), part in group.groupby(["solver", "group"], sort=False)
+    ]
+
+
+def choose(candidates: list[Configuration], mode: str) -> tuple[Configuration, str]:
+    """A solver's configuration: the best mean validation value, or, when none has validation
+    values (recorded before they existed), the best mean test value; and which it was."""
+    best = min if mode == "min" else max
+    validated = [c for c in candidates if c.validation is not None]
+    if validated:
+        return best(validated, key=lambda c: c.validation), "validation"
+    return best(candidates, key=lambda c: c.test), "test"
+
+
 def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
-    """Best configuration per (backbone, scale, NFE, solver), ranked within each (backbone, scale,
-    NFE): `scale` says what the values are measured against."""
+    """One configuration per (backbone, scale, NFE, solver), chosen on validation values (module
+    docstring), solvers ranked within each (backbone, scale, NFE) by its mean test value."""
     if mode not in ("min", "max"):
         raise SettingsError(f"--mode must be min or max, got {mode!r}")
-    ascending = mode == "min"
     runs = runs.assign(ends=runs.get("ends", "σ_min"))  # rows from before the column: σ_min
+    for name, default in (("group", None), ("validation", np.nan)):
+        if name not in runs:
+            runs = runs.assign(**{name: runs["run_id"] if default is None else default})
     entries = []
     for (backbone, scale, nfe), group in runs.groupby(["backbone", "scale", "nfe"], sort=True):
-        ordered = group.sort_values("value", ascending=ascending, kind="stable")
-        best = ordered.drop_duplicates("solver", keep="first")
+        by_solver: dict[str, list[Configuration]] = {}
+        for candidate in configurations(group):
+            by_solver.setdefault(candidate.solver, []).append(candidate)
+        chosen = [choose(candidates, mode) for candidates in by_solver.values()]
+        chosen.sort(key=lambda pick: pick[0].test, reverse=mode == "max")
         counts = group.groupby("solver").size()
-        for position, row in enumerate(best.itertuples(), start=1):
-            entries.append(
-                Entry(
-                    str(backbone),
-                    str(scale),
-                    int(nfe),
-                    position,
-                    row.solver,
-                    row.configuration,
-                    float(row.value),
-                    int(counts[row.solver]),
-                    row.run_id,
-                    row.ends,
-                )
-            )
+        for position, (pick, chosen_on) in enumerate(chosen, start=1):
+            entries.append(entry(backbone, scale, nfe, position, pick, chosen_on, counts))
     return entries
+
+
+def entry(
+    backbone: str,
+    scale: str,
+    nfe: int,
+    position: int,
+    pick: Configuration,
+    chosen_on: str,
+    counts: pd.Series,
+) -> Entry:
+    """The row of a chosen configuration."""
+    runs = pick.runs
+    interval = replicate_interval(runs["value"].to_numpy())
+    columns = pd.DataFrame(list(runs["columns"])) if "columns" in runs else pd.DataFrame()
+    first = runs.iloc[0]
+    return Entry(
+        str(backbone),
+        str(scale),
+        int(nfe),
+        position,
+        pick.solver,
+        pick.configuration,
+        interval.mean,
+        int(counts[pick.solver]),
+        str(first["run_id"]),
+        str(first["ends"]),
+        n=interval.n,
+        sd=interval.sd,
+        half_width=interval.half_width,
+        validation=pick.validation,
+        chosen_on=chosen_on,
+        run_ids=tuple(runs["run_id"]),
+        values=tuple(float(v) for v in runs["value"]),
+        columns={name: float(columns[name].mean()) for name in columns},
+        protocol=protocol_of(runs),
+    )
+
+
+def protocol_of(runs: pd.DataFrame) -> dict[str, str]:
+    """The first replicate's protocol params, with the fit seeds of all replicates."""
+    if "protocol" not in runs:
+        return {}
+    protocols = list(runs["protocol"])
+    seeds = sorted({p["fit.seed"] for p in protocols if "fit.seed" in p}, key=int)
+    return {**protocols[0], **({"fit.seed": ", ".join(seeds)} if seeds else {})}
 
 
 def leaderboard(
@@ -137,11 +245,13 @@ def leaderboard(
     metric: str = "rmse",
     mode: str = "min",
     by_fit: bool = False,
+    columns: tuple[str, ...] = (),
 ) -> list[Entry]:
-    """The ranked entries of the experiment's finished runs; with `by_fit`, fits of different
-    budgets are ranked apart."""
+    """The ranked entries of the experiment's finished runs, each compared with the row below it
+    (`comparison.compare_neighbours`); with `by_fit`, fits of different budgets are ranked apart;
+    `columns`: other metrics to show, as their replicates' means."""
     finished = _all_runs(client, experiment_id(client, experiment))
-    runs = runs_table(finished, metric, by_fit)
+    runs = runs_table(finished, metric, by_fit, columns)
     if runs.empty:
         recorded = sorted({name for run in finished for name in run.data.metrics})
         raise SettingsError(
@@ -149,90 +259,11 @@ def leaderboard(
             f"{client.tracking_uri}; its finished runs record: "
             + (", ".join(recorded) or "no metric (no run finished yet)")
         )
-    return rank(runs, mode)
-
-
-def format_leaderboard(entries: list[Entry], metric: str) -> str:
-    """The table; each group of rows is headed by what its values are measured against (when any
-    run recorded that)."""
-    width = max(len("configuration"), *(len(e.configuration) for e in entries))
-    header = f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} {'ends':<5} {metric:>10} {'runs':>4}"
-    lines = [header, "-" * len(header)]
-    headed = any(e.scale for e in entries)
-    group = None
-    for e in entries:
-        if headed and (e.backbone, e.scale) != group:
-            lines.append(group_header(metric, e.scale))
-        group = (e.backbone, e.scale)
-        lines.append(
-            f"{e.backbone:<9} {e.nfe:>3} {e.rank:>2} {e.solver:<14} {e.configuration:<{width}} "
-            f"{e.ends:<5} {e.value:>10.4f} {e.runs:>4}"
+    recorded = {name for run in finished for name in run.data.metrics}
+    missing = [name for name in columns if name not in recorded]
+    if missing:
+        raise SettingsError(
+            f"--columns: no finished run of {experiment!r} records {', '.join(missing)}; they "
+            f"record: {', '.join(sorted(recorded))}"
         )
-    return "\n".join(lines)
-
-
-def group_header(metric: str, scale: str) -> str:
-    """E.g. `rmse against teacher=ipndm[order=4] nfe=35, teacher.test_seeds=0..255:`."""
-    return f"{metric} against {scale or '(not recorded)'}:"
-
-
-def write_csv(entries: list[Entry], path: Path) -> Path:
-    pd.DataFrame([asdict(e) for e in entries]).to_csv(path, index=False)
-    return path
-
-
-def plot_leaderboard(entries: list[Entry], metric: str, path: Path) -> Path:
-    """`leaderboard_figure` saved as a PNG at `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    leaderboard_figure(entries, metric).savefig(path, dpi=120)
-    return path
-
-
-def leaderboard_figure(entries: list[Entry], metric: str) -> Figure:
-    """The best value of each solver, one panel per backbone and group: a line per solver over
-    NFE, or a bar per solver (best first) when the panel has one NFE.
-
-    Positive metrics (errors, FID, LPIPS) get a log axis on line plots, so one poor solver does
-    not flatten the differences between the good ones."""
-    frame = pd.DataFrame([asdict(e) for e in entries])
-    panels = sorted(frame.groupby(["backbone", "scale"]).groups)
-    fig = Figure(figsize=(7 * len(panels), 4))
-    axes = fig.subplots(1, len(panels), squeeze=False)
-    for ax, (backbone, scale) in zip(axes[0], panels, strict=True):
-        part = frame[(frame["backbone"] == backbone) & (frame["scale"] == scale)]
-        nfes = sorted(part["nfe"].unique())
-        title = _panel_title(backbone, metric, scale)
-        if len(nfes) == 1:
-            _bars(ax, part.sort_values("rank"), metric, f"{title}\nNFE {nfes[0]}")
-        else:
-            _lines(ax, part, metric, title, nfes)
-        ax.grid(alpha=0.3, axis="y" if len(nfes) == 1 else "both")
-    fig.tight_layout()
-    return fig
-
-
-def _bars(ax: Any, part: pd.DataFrame, metric: str, title: str) -> None:
-    """One bar per solver, in rank order, its value written on it."""
-    bars = ax.bar(part["solver"], part["value"], color="tab:blue")
-    ax.bar_label(bars, labels=[f"{v:.4g}" for v in part["value"]], fontsize=8)
-    ax.set(title=title, ylabel=metric)
-    ax.tick_params(axis="x", labelrotation=30)
-
-
-def _lines(ax: Any, part: pd.DataFrame, metric: str, title: str, nfes: list[int]) -> None:
-    """One line per solver over NFE."""
-    for solver, line in part.groupby("solver"):
-        line = line.sort_values("nfe")
-        ax.plot(line["nfe"], line["value"], marker="o", label=solver)
-    ax.set(title=title, xlabel="NFE", ylabel=metric)
-    if (part["value"] > 0).all():
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-    ax.set_xticks(nfes)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-
-
-def _panel_title(backbone: str, metric: str, scale: str) -> str:
-    """The backbone and, wrapped to the panel's width, what its values are measured against."""
-    return "\n".join([backbone, *(textwrap.wrap(f"{metric} against {scale}", 60) if scale else [])])
+    return compare_neighbours(rank(runs, mode), client, metric, mode)

@@ -26,6 +26,8 @@ KEY_TAG = "spanlift.key"
 FAILURE_TAG = "spanlift.failure"
 CODE_TAG = "spanlift.code_version"
 PARENT_TAG = "mlflow.parentRunId"
+REPLICATE_PARAM = "configuration.key"
+"""The run param the replicates of one configuration share: its key up to the fit seed."""
 DEFAULT_URI = "sqlite:///mlflow.db"
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 """MLflow 3's UI opens an untagged experiment on its GenAI traces page; this opens the runs."""

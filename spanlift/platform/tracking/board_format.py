@@ -1,0 +1,216 @@
+"""The leaderboard as text, Markdown, LaTeX or CSV, with the protocol it was measured under.
+
+Every format shows a row's mean over its replicates with the 95 % interval (± half-width, or
+nothing for a single run), n, and its comparison with the row below (≈: within noise; `<`/`>`:
+better, with the interval of the ratio of the two where it is a paired bootstrap). Markdown and
+LaTeX set the best value of each NFE in bold and end with the protocol footer: what the rows
+share (teacher, schedule, seeds of each role, detector, dtype, device, code), or, where rows
+differ, each value.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict
+from itertools import groupby
+from pathlib import Path
+from typing import TextIO
+
+import pandas as pd
+
+from spanlift.platform.tracking.entry import Entry
+
+CHOSEN_ON_TEST = (
+    "† chosen on test values: recorded before validation seeds existed; run the sweep again to "
+    "choose on validation seeds"
+)
+TIES = (
+    "≈ within noise of the row below (95 % bootstrap interval of the value ratio over test "
+    "seeds and fit seeds contains 1, or a Welch interval over replicates contains 0); "
+    "< / > better than it"
+)
+PROTOCOL_LABELS = {
+    "teacher": "teacher",
+    "schedule": "schedule",
+    "teacher.train_seeds": "training seeds",
+    "teacher.validation_seeds": "validation seeds",
+    "teacher.test_seeds": "test seeds",
+    "fid.detector": "FID detector",
+    "fid.reference": "FID reference",
+    "fid.samples": "FID samples",
+    "fid.validation_seeds": "FID validation seeds",
+    "eval.samples": "samples",
+    "fit.iterations": "fit iterations",
+    "fit.seed": "fit seeds",
+    "env.dtype": "dtype",
+    "env.device": "device",
+    "env.gpus": "GPUs",
+    "env.threads": "threads",
+    "env.commit": "code",
+    "code.version": "result code version",
+}
+
+
+def interval(e: Entry, digits: int = 4) -> str:
+    """`0.0965 ± 0.0012`, or the value alone for a single run."""
+    value = f"{e.value:.{digits}f}"
+    return value if e.half_width is None else f"{value} ± {e.half_width:.{digits}f}"
+
+
+def comparison(e: Entry) -> str:
+    """`≈ [0.97, 1.02]`, `< [0.81, 0.88]`, `≈`, or "" (the last row, or untested)."""
+    if not e.vs_next:
+        return ""
+    ratio = f" [{e.ratio[0]:.3f}, {e.ratio[1]:.3f}]" if e.ratio else ""
+    return e.vs_next + ratio
+
+
+def marks(e: Entry) -> str:
+    return "†" if e.chosen_on == "test" else ""
+
+
+def group_header(metric: str, scale: str) -> str:
+    """E.g. `rmse against teacher=ipndm[order=4] nfe=35, teacher.test_seeds=0..255:`."""
+    return f"{metric} against {scale or '(not recorded)'}:"
+
+
+def groups(entries: list[Entry]) -> list[tuple[tuple[str, str], list[Entry]]]:
+    """The entries by (backbone, scale), in the order they come."""
+    return [
+        (key, list(part)) for key, part in groupby(entries, key=lambda e: (e.backbone, e.scale))
+    ]
+
+
+def format_leaderboard(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -> str:
+    """The text table; each group of rows is headed by what its values are measured against (when
+    any run recorded that), and notes follow for the marks used."""
+    width = max(len("configuration"), *(len(e.configuration) for e in entries))
+    extra = "".join(f" {name:>12}" for name in columns)
+    header = (
+        f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} "
+        f"{'ends':<5} {metric:>10} {'± 95%':>8} {'n':>3} {'runs':>4} {'vs next':<18}{extra}"
+    )
+    lines = [header, "-" * len(header)]
+    headed = any(e.scale for e in entries)
+    for (_, scale), part in groups(entries):
+        if headed:
+            lines.append(group_header(metric, scale))
+        for e in part:
+            spread = f"{e.half_width:.4f}" if e.half_width is not None else "-"
+            values = "".join(f" {e.columns.get(name, math.nan):>12.4g}" for name in columns)
+            lines.append(
+                f"{e.backbone:<9} {e.nfe:>3} {e.rank:>2} {e.solver:<14} "
+                f"{e.configuration:<{width}} {e.ends:<5} {e.value:>10.4f} {spread:>8} {e.n:>3} "
+                f"{e.runs:>4} {comparison(e):<18}{values}{marks(e)}"
+            )
+    return "\n".join(lines + notes(entries))
+
+
+def notes(entries: list[Entry]) -> list[str]:
+    """The footnotes the marks of `entries` need."""
+    shown = []
+    if any(e.vs_next for e in entries):
+        shown.append(TIES)
+    if any(e.chosen_on == "test" for e in entries):
+        shown.append(CHOSEN_ON_TEST)
+    return shown
+
+
+def protocol(entries: list[Entry]) -> list[str]:
+    """`label: value` for each protocol param the rows recorded: one value when they agree, each
+    value otherwise."""
+    lines = []
+    for name, label in PROTOCOL_LABELS.items():
+        values = sorted({e.protocol[name] for e in entries if name in e.protocol})
+        if name == "env.commit":
+            values = [commit_label(e) for e in entries if "env.commit" in e.protocol]
+            values = sorted(set(values))
+        if values:
+            lines.append(f"{label}: {', '.join(values)}")
+    return lines
+
+
+def commit_label(e: Entry) -> str:
+    commit = e.protocol["env.commit"][:12]
+    return commit + (" (modified)" if e.protocol.get("env.modified") == "true" else "")
+
+
+def bold_best(
+    part: list[Entry], cell: Callable[[Entry], str], bold: Callable[[str], str]
+) -> list[str]:
+    """Each row's cell, the first row of each NFE (its best) in bold."""
+    firsts = {e.nfe: e for e in sorted(part, key=lambda e: (e.nfe, e.rank)) if e.rank == 1}
+    return [bold(cell(e)) if firsts.get(e.nfe) is e else cell(e) for e in part]
+
+
+def markdown(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -> str:
+    """A Markdown table per group (mean ± 95 % interval, n, the comparison with the next row,
+    the best of each NFE in bold), then the notes and the protocol."""
+    out = []
+    for (backbone, scale), part in groups(entries):
+        out.append(f"**{backbone}**, {group_header(metric, scale)}\n")
+        head = ["NFE", "solver", "configuration", f"{metric} (mean ± 95 % CI)", "n", "vs next"]
+        out.append("| " + " | ".join([*head, *columns]) + " |")
+        out.append("|" + "|".join(["---"] * (len(head) + len(columns))) + "|")
+        values = bold_best(part, interval, lambda text: f"**{text}**")
+        for e, value in zip(part, values, strict=True):
+            extra = [f"{e.columns.get(name, math.nan):.4g}" for name in columns]
+            cells = [str(e.nfe), e.solver + marks(e), f"`{e.configuration}`", value, str(e.n)]
+            out.append("| " + " | ".join([*cells, comparison(e), *extra]) + " |")
+        out.append("")
+    footer = [*notes(entries), *(f"{line}" for line in protocol(entries))]
+    return "\n".join(out + [f"- {line}" for line in footer])
+
+
+LATEX_ESCAPES = {"_": r"\_", "&": r"\&", "%": r"\%", "#": r"\#"}
+
+
+def tex(text: str) -> str:
+    """`text` with LaTeX's special characters escaped and ≈ / ± / † / σ as math."""
+    for plain, escaped in LATEX_ESCAPES.items():
+        text = text.replace(plain, escaped)
+    for symbol, command in (("±", r"$\pm$"), ("≈", r"$\approx$"), ("†", r"$^\dagger$")):
+        text = text.replace(symbol, command)
+    return text.replace("σ", r"$\sigma$")
+
+
+def latex(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -> str:
+    """A LaTeX `tabular` per group (booktabs rules), the best of each NFE in bold, then the notes
+    and the protocol as a comment-free footnote block."""
+    out = []
+    for (backbone, scale), part in groups(entries):
+        out.append(f"% {backbone}: {group_header(metric, scale)}")
+        out.append(r"\begin{tabular}{rll" + "r" * (3 + len(columns)) + "}")
+        out.append(r"\toprule")
+        head = ["NFE", "solver", "configuration", f"{metric} (mean $\\pm$ 95\\,\\% CI)", "$n$"]
+        out.append(" & ".join([*head, "vs next", *map(tex, columns)]) + r" \\")
+        out.append(r"\midrule")
+        values = bold_best(part, lambda e: tex(interval(e)), lambda text: rf"\textbf{{{text}}}")
+        for e, value in zip(part, values, strict=True):
+            extra = [f"{e.columns.get(name, math.nan):.4g}" for name in columns]
+            cells = [str(e.nfe), tex(e.solver + marks(e)), rf"\texttt{{{tex(e.configuration)}}}"]
+            out.append(" & ".join([*cells, value, str(e.n), tex(comparison(e)), *extra]) + r" \\")
+        out.append(r"\bottomrule")
+        out.append(r"\end{tabular}")
+        out.append("")
+    footer = [*notes(entries), *protocol(entries)]
+    return "\n".join(out + [tex(line) + r" \\" for line in footer])
+
+
+def write_csv(entries: list[Entry], path: Path | TextIO) -> Path | TextIO:
+    """Every field of every row (intervals, comparison, replicates' run ids) as CSV."""
+    rows = []
+    for e in entries:
+        row = asdict(e)
+        row.pop("protocol")
+        row.pop("values")
+        columns = row.pop("columns")
+        row["run_ids"] = " ".join(e.run_ids)
+        row["ratio_low"], row["ratio_high"] = e.ratio or (None, None)
+        row.pop("ratio")
+        rows.append({**row, **columns})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+FORMATS = {"text": format_leaderboard, "markdown": markdown, "latex": latex}
+"""The formats printed to the console (`--format`); csv is written to a file or printed."""

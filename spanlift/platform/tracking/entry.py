@@ -1,0 +1,28 @@
+"""A leaderboard row: one solver's chosen configuration in a group of comparable runs."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Entry:
+    backbone: str
+    scale: str  # what the value is measured against: "teacher=..., teacher.test_seeds=..." or ""
+    nfe: int
+    rank: int
+    solver: str
+    configuration: str
+    value: float  # the mean of the chosen configuration's test values over its replicates
+    runs: int  # runs of this solver in the group, every configuration and replicate
+    run_id: str  # the chosen configuration's first replicate
+    ends: str = "σ_min"  # where sampling ended: "σ_min", or "σ=0" (EDM's protocol)
+    n: int = 1  # replicates of the chosen configuration
+    sd: float = 0.0
+    half_width: float | None = None  # 95 % Student t half-width (None: one replicate)
+    validation: float | None = None  # the mean validation value that chose the configuration
+    chosen_on: str = "validation"  # or "test": recorded before validation seeds existed
+    vs_next: str = ""  # "≈" (tied with the row below), "<" / ">" (better, by mode), "" untested
+    ratio: tuple[float, float] | None = None  # 95 % interval of value / next row's value
+    run_ids: tuple[str, ...] = ()
+    values: tuple[float, ...] = ()  # the replicates' test values
+    columns: dict[str, float] = field(default_factory=dict)  # `--columns`: replicates' means
+    protocol: dict[str, str] = field(default_factory=dict)  # the chosen run's PROTOCOL_PARAMS
