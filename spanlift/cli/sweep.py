@@ -73,11 +73,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print_interrupted(args.file, stages)
             stop_ray()
             return EXIT_INTERRUPTED
+    answered = (
+        f"; {summary.answered} proposals of configurations already measured answered from their "
+        "values"
+        if summary.answered
+        else ""
+    )
     print(
-        f"\nsweep {summary.experiment}: {summary.finished}/{summary.configurations} "
+        f"\nsweep {summary.experiment}: {summary.finished}/{summary.configurations} distinct "
         f"configurations finished ({summary.reused} taken from MLflow) in "
         f"{summary.wall_seconds:.0f} s; teacher generations: {summary.teacher_generations}; "
-        f"model loads: {summary.model_loads}"
+        f"model loads: {summary.model_loads}{answered}"
     )
     for failure in summary.failed:
         print(f"failed: {failure}")

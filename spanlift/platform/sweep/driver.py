@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 import ray
 from ray import tune
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from spanlift.platform.configuration import digest
@@ -35,14 +36,17 @@ from spanlift.platform.ray_runtime import (
 )
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.distinct_search import DistinctSearch
 from spanlift.platform.sweep.progress import (
     console_settings,
     log_ray_to_file,
     quiet_console,
     restore_console,
 )
+from spanlift.platform.sweep.space import SolverSpace  # also where saved Tune states find it
 from spanlift.platform.sweep.stages import Stages
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
+from spanlift.platform.sweep.stored_values import StoredValues
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
 from spanlift.platform.sweep.teacher import prepare_teachers
 from spanlift.platform.sweep.trial import SweepContext, evaluator_setup, run_trial, trial_spec
@@ -74,33 +78,29 @@ def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
     return searcher, len(indices)
 
 
-@dataclass(frozen=True)
-class SolverSpace:
-    """Optuna's define-by-run space of a sweep: a solver entry, then its NFE and search keys.
-
-    A class, not a closure, so Tune can save it with the searcher and restore it on --resume."""
-
-    config: SweepConfig
-
-    def __call__(self, trial: optuna.Trial) -> None:
-        index = trial.suggest_categorical("entry", list(range(len(self.config.solvers))))
-        entry = self.config.solvers[index]
-        trial.suggest_categorical(f"{index}.nfe", list(entry.nfe))
-        for key, values in entry.search.items():
-            trial.suggest_categorical(f"{index}.{key}", list(values))
-
-
-def tpe_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
-    """Optuna TPE over the sweep's define-by-run space, `num_samples` trials."""
+def tpe_search(context: SweepContext, concurrency: int) -> tuple[DistinctSearch, int]:
+    """Optuna TPE over the sweep's define-by-run space: `num_samples` distinct configurations,
+    proposals already measured answered from their values (`distinct_search.py`)."""
+    config = context.config
     sampler = optuna.samplers.TPESampler(seed=config.fit.seed)
     space = SolverSpace(config)
-    searcher = FinalMetricOptunaSearch(
-        space, metric=config.search_metric, mode=config.mode, sampler=sampler
-    )
-    return searcher, config.num_samples
+    inner = OptunaSearch(space, metric=config.search_metric, mode=config.mode, sampler=sampler)
+    stored = StoredValues(replace(context, evaluators=()))
+    return DistinctSearch(inner, config, lag=concurrency, lookup=stored), config.num_samples
 
 
-SEARCHERS = {"grid": grid_search, "tpe": tpe_search}
+def searcher_for(context: SweepContext, concurrency: int) -> tuple[Searcher, int]:
+    """The sweep's searcher and its number of trials: a grid over every configuration, or TPE;
+    TPE over a space no larger than `num_samples` runs each configuration once, as a grid."""
+    config = context.config
+    if config.algorithm == "tpe" and not tpe_space_is_larger(config):
+        return grid_search(config)
+    return grid_search(config) if config.algorithm == "grid" else tpe_search(context, concurrency)
+
+
+def tpe_space_is_larger(config: SweepConfig) -> bool:
+    """Whether TPE's space has more configurations than it is asked to measure."""
+    return len(config.trials()) > config.num_samples
 
 
 @dataclass(frozen=True)
@@ -124,14 +124,20 @@ def trial_bundle(config: SweepConfig) -> TrialBundle:
 
 
 def make_tuner(
-    context: SweepContext, resume: bool, concurrency: int, verbose: bool = False
+    context: SweepContext,
+    resume: bool,
+    concurrency: int,
+    verbose: bool = False,
+    search: tuple[Searcher, int] | None = None,
 ) -> tune.Tuner:
+    """The sweep's Tuner (restored with `resume`); `search`: its searcher and number of trials
+    (default: `searcher_for`)."""
     config = context.config
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, context=context), trial_bundle(config).trial_resources()
     )
     where = context.store.ray_storage(TUNE_NAME)
-    searcher, samples = SEARCHERS[config.algorithm](config)
+    searcher, samples = search or searcher_for(context, concurrency)
     console = console_settings(verbose, config, samples, concurrency)
     if resume:
         tuner = tune.Tuner.restore(
@@ -235,12 +241,7 @@ def run_sweep(
     stages.begin(where, "" if address else f"its logs: {root / 'ray-logs'}")
     start_ray(address, root, num_cpus, verbose=verbose)
     config = with_gpu_choice(config)
-    r = config.resources
-    evaluators = Reserved(
-        config.evaluation.evaluators if config.needs_evaluators else 0,
-        r.evaluator_cpus,
-        r.evaluator_gpu if r.use_gpu else 0,
-    )
+    evaluators = Reserved(*config.evaluator_actors()[:3])
     concurrency = check_fits(trial_bundle(config), evaluators, address is None)
     t = config.teacher
     seeds = t.train_samples + t.validation_samples + t.test_samples
@@ -269,21 +270,32 @@ def run_sweep(
                 tuple(pool.actors),
                 store,
             )
-            stages.begin(
-                "running the configurations", f"{stages.configurations}, {concurrency} at a time"
-            )
-            tuner = make_tuner(context, restore, concurrency, verbose)
+            stages.begin("running the configurations", running_detail(config, concurrency))
+            search = searcher_for(context, concurrency)
+            tuner = make_tuner(context, restore, concurrency, verbose, search)
             with stages.handed_over():  # Tune answers Ctrl-C while its experiment runs
                 results = tuner.fit()
     except BaseException:
         runs.client.set_terminated(parent, "KILLED")
         raise
-    summary = summarize(config, root, uri, results, start, teachers.generated)
+    answered = 0 if restore else getattr(search[0], "answered", 0)
+    summary = summarize(config, root, uri, results, start, teachers.generated, answered)
     (root / "summary.json").write_text(summary.to_json())
     for name in (SWEEP_FILE, "summary.json"):
         store.publish(root / name)
     close_sweep_run(runs, parent, summary, root)
     return summary
+
+
+def running_detail(config: SweepConfig, concurrency: int) -> str:
+    """`12, 2 at a time`; for TPE over a space smaller than num_samples, that it runs a grid."""
+    detail = f"{expected_configurations(config)}, {concurrency} at a time"
+    if config.algorithm == "tpe" and not tpe_space_is_larger(config):
+        detail += (
+            f"; the search space has {len(config.trials())} configurations, no more than "
+            f"num_samples {config.num_samples}: each runs once"
+        )
+    return detail
 
 
 def open_sweep_run(

@@ -22,6 +22,7 @@ class SweepSummary:
     failed: list[str]
     """`<configuration> nfe=<N>: <reason>` for each configuration that failed."""
     reused: int
+    """Configurations whose runs were taken from MLflow."""
     wall_seconds: float
     compute_seconds: float
     teacher_generations: int
@@ -33,6 +34,9 @@ class SweepSummary:
     metric: str = ""
     mode: str = "min"
     """The search metric and whether lower (`min`) or higher is better."""
+    answered: int = 0
+    """Searcher proposals of configurations already measured, answered from their values
+    without a trial (TPE)."""
 
     @property
     def remaining(self) -> int:
@@ -44,7 +48,10 @@ class SweepSummary:
 
 
 def expected_configurations(config: SweepConfig) -> int:
-    return len(config.trials()) if config.algorithm == "grid" else config.num_samples
+    """Distinct configurations the sweep measures: the grid's, or TPE's num_samples (at most the
+    space's size)."""
+    size = len(config.trials())
+    return size if config.algorithm == "grid" else min(size, config.num_samples)
 
 
 def configuration_name(result: Any, config: SweepConfig) -> str:
@@ -67,7 +74,13 @@ def best_of(finished: list[Any], config: SweepConfig) -> dict[str, Any]:
 
 
 def summarize(
-    config: SweepConfig, root: Path, uri: str, results: Any, start: float, generations: int
+    config: SweepConfig,
+    root: Path,
+    uri: str,
+    results: Any,
+    start: float,
+    generations: int,
+    answered: int = 0,
 ) -> SweepSummary:
     """The outcome of Tune's `results`. A trial counts as finished only with the search metric
     (on validation seeds) in its last report: one still running when the sweep was interrupted
@@ -97,4 +110,5 @@ def summarize(
         best=best_of(finished, config),
         metric=config.metric,
         mode=config.mode,
+        answered=answered,
     )
