@@ -6,7 +6,8 @@
     spanlift demo                         fit and compare solvers on the digits backbone
     spanlift sweep sweeps/digits_nfe.yaml [--address auto] [--resume | --restart]
     spanlift eval --backbone digits --solver ipndm --nfe 3 --metrics fid --samples 10000
-    spanlift leaderboard --experiment digits-nfe [--metric rmse] [--by-fit] [--csv F] [--plot F]
+    spanlift leaderboard --experiment digits-nfe [--format markdown] [--samples F] [--plot F]
+    spanlift rerun RUN_ID                 fit and score a recorded run again, compare the values
     spanlift nowcast synth --events 64 --out data/sevir_synth     synthetic storms, SEVIR layout
     spanlift nowcast prepare --sevir-root /data/sevir --out data/sevir_lr.zarr
     spanlift nowcast eval --data data/sevir_synth --solvers paper --nfe 5 --teacher-nfe 100
@@ -33,13 +34,25 @@ from spanlift.cli import (
     leaderboard,
     listing,
     nowcast,
+    rerun,
     sweep,
     train,
 )
 from spanlift.cli.options import CommandParser
 from spanlift.errors import SpanliftError
 
-COMMAND_GROUPS = (listing, fit, sweep, evaluate, nowcast, analyze, leaderboard, train, doctor)
+COMMAND_GROUPS = (
+    listing,
+    fit,
+    sweep,
+    evaluate,
+    nowcast,
+    analyze,
+    leaderboard,
+    rerun,
+    train,
+    doctor,
+)
 
 
 def parser() -> argparse.ArgumentParser:

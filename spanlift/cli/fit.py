@@ -80,6 +80,11 @@ def add_fit_options(parser: argparse.ArgumentParser, out: str) -> None:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
     parser.add_argument("--out", type=Path, default=Path(out), help="folder for checkpoints")
     parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="PyTorch's deterministic algorithms during the fit (a GPU fit then repeats exactly)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         help="torch threads (a sweep's trial uses its worker_cpu's whole CPUs; the same number "
@@ -105,6 +110,7 @@ def fit_settings(args: argparse.Namespace) -> Any:
     return FitSettings(
         **field_values(args, FitSettings, FIT_OPTIONS),
         loss_options=parse_settings(args.loss_option),
+        deterministic=args.deterministic,
     )
 
 

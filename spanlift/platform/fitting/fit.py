@@ -32,8 +32,10 @@ exactly from such a state when given one as `resume`.
 
 import itertools
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -95,6 +97,9 @@ class FitSettings:
     state."""
     validate_every: int = 25
     """Steps between validation losses."""
+    deterministic: bool = False
+    """PyTorch's deterministic algorithms during the fit (on a GPU, with the cuBLAS workspace
+    they need); without it a GPU fit may differ in its last bits from run to run."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "batch_size", "log_every", "checkpoint_every", "validate_every"):
@@ -115,6 +120,10 @@ class FitSettings:
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise SettingsError(
                 f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
+            )
+        if not isinstance(self.deterministic, bool):
+            raise SettingsError(
+                f"fit setting deterministic must be true or false, got {self.deterministic!r}"
             )
         if not isinstance(self.loss_options, dict):
             raise SettingsError(
@@ -139,6 +148,8 @@ class FitSettings:
         data = asdict(self)
         if not self.loss_options:
             del data["loss_options"]
+        if not self.deterministic:
+            del data["deterministic"]
         return data
 
     def updated(self, changes: dict[str, Any]) -> "FitSettings":
@@ -290,6 +301,22 @@ def rank() -> int:
     return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
 
 
+@contextmanager
+def deterministic_algorithms(on: bool) -> Iterator[None]:
+    """PyTorch's deterministic algorithms while the block runs, when `on` (with the cuBLAS
+    workspace setting they need on a GPU, unless the user set one); the previous mode after."""
+    if not on:
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 def fit(
     solver: Solver,
     backbone: Backbone,
@@ -304,6 +331,21 @@ def fit(
     solver ends with the kept state: the best validation state that earned its place, else its
     starting state. `validation`: the seeds that choose it (default: the last `settings.validation`
     of the teacher set, held out from training)."""
+    with deterministic_algorithms(settings.deterministic):
+        return fit_steps(solver, backbone, teacher, settings, report, progress, resume, validation)
+
+
+def fit_steps(
+    solver: Solver,
+    backbone: Backbone,
+    teacher: TeacherSet,
+    settings: FitSettings,
+    report: Report | None,
+    progress: bool,
+    resume: FitState | None,
+    validation: TeacherSet | None,
+) -> FitResult:
+    """`fit`'s loop."""
     params = trainable(solver)
     torch.manual_seed(settings.seed)
     if validation is None:

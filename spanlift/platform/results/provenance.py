@@ -8,7 +8,7 @@ device, dtype. Every run records these as `env.*` params, and `spanlift rerun` c
     env.device     the GPU's name, or "cpu"
     env.gpus       GPUs this process sees
     env.dtype      the dtype samples were computed in
-    env.deterministic   whether PyTorch's deterministic algorithms were on
+    env.deterministic   whether the fit ran PyTorch's deterministic algorithms (`deterministic`)
 """
 
 import subprocess
@@ -51,7 +51,9 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def run_environment(device: torch.device, dtype: torch.dtype = torch.float32) -> dict[str, str]:
+def run_environment(
+    device: torch.device, dtype: torch.dtype = torch.float32, deterministic: bool = False
+) -> dict[str, str]:
     """The `env.*` params of a run computed on `device` in this process (module docstring)."""
     commit, modified = git_state()
     return {
@@ -64,5 +66,5 @@ def run_environment(device: torch.device, dtype: torch.dtype = torch.float32) ->
         "env.device": device_name(device),
         "env.gpus": str(torch.cuda.device_count()),
         "env.dtype": str(dtype).removeprefix("torch."),
-        "env.deterministic": str(torch.are_deterministic_algorithms_enabled()).lower(),
+        "env.deterministic": str(deterministic).lower(),
     }

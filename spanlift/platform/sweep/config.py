@@ -193,6 +193,18 @@ class SweepConfig:
         metric on validation seeds."""
         return f"val_{self.metric}"
 
+    def evaluator_actors(self) -> tuple[int, float, float, int]:
+        """(actors, CPUs, GPUs and torch threads each) of the sweep's evaluators: none when it
+        needs none; on GPUs one actor per `evaluation.evaluators` with `evaluator_gpu`; on CPUs
+        each evaluator's share of c CPUs as max(1, ⌊c⌋) actors of one thread (measured: two
+        one-thread actors score 3.3× the images of one two-thread actor, docs/results.md)."""
+        r = self.resources
+        count = self.evaluation.evaluators if self.needs_evaluators else 0
+        if r.use_gpu:
+            return count, r.evaluator_cpus, r.evaluator_gpu, max(1, int(r.evaluator_cpus))
+        split = max(1, int(r.evaluator_cpus + 1e-9))
+        return count * split, r.evaluator_cpus / split, 0.0, 1
+
     @property
     def needs_evaluators(self) -> bool:
         """Whether the sweep starts evaluator actors: for sample metrics, and to score fits that

@@ -43,9 +43,9 @@ from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetu
 from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
+from spanlift.platform.resolved import ResolvedConfiguration, write_resolved
 from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.results.provenance import run_environment
-from spanlift.platform.results.resolved import ResolvedConfiguration, write_resolved
 from spanlift.platform.results.tracking import configuration_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import Score, score
@@ -218,7 +218,7 @@ def run_params(result: Configuration, context: SweepContext) -> dict[str, Any]:
             if family
             else {}
         ),
-        **run_environment(context.device),
+        **run_environment(context.device, deterministic=config.fit.deterministic),
     }
 
 
@@ -401,14 +401,14 @@ def trial_diagnostics(
 
 def evaluator_setup(config: SweepConfig, root: Path) -> EvaluatorSetup:
     """What the sweep's evaluator actors load: the backbone, the detector, LPIPS and ImageReward
-    files, the teacher LPIPS compares with; one thread per CPU they hold."""
+    files, the teacher LPIPS compares with, their threads (`SweepConfig.evaluator_actors`)."""
     evaluation = config.evaluation
     return EvaluatorSetup(
         config.backbone,
         evaluation.detector or "",
         root / "eval-cache",
         config.backbone_options,
-        threads=max(1, int(config.resources.evaluator_cpus)),
+        threads=config.evaluator_actors()[3],
         lpips_weights=evaluation.lpips_weights,
         image_reward_weights=evaluation.image_reward_weights,
         teacher=config.teacher.solver,

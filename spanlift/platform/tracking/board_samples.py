@@ -14,31 +14,14 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from spanlift.backbones import Backbone, load_backbone
-from spanlift.errors import SettingsError
-from spanlift.platform.results.resolved import RESOLVED_FILE, ResolvedConfiguration, read_resolved
 from spanlift.platform.sampling.rollout import rollout, seed_noise
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.tracking.entry import Entry
+from spanlift.platform.tracking.run_files import checkpoint_of, resolved_of
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver
 
 SEEDS_SHOWN = 8
-
-
-def resolved_of(client: MlflowClient, run_id: str, folder: Path) -> ResolvedConfiguration:
-    artifacts = {a.path for a in client.list_artifacts(run_id)}
-    if RESOLVED_FILE not in artifacts:
-        raise SettingsError(
-            f"run {run_id} stored no {RESOLVED_FILE} (it was recorded before runs kept their "
-            "configuration); run its sweep again to draw it"
-        )
-    return read_resolved(Path(client.download_artifacts(run_id, RESOLVED_FILE, str(folder))))
-
-
-def checkpoint_of(client: MlflowClient, run_id: str, folder: Path) -> Path | None:
-    """The fitted solver the run stored, if it fitted one."""
-    names = [a.path for a in client.list_artifacts(run_id) if a.path.endswith(".pt")]
-    return Path(client.download_artifacts(run_id, names[0], str(folder))) if names else None
 
 
 @torch.no_grad()
