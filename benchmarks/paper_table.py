@@ -91,13 +91,17 @@ def run_job(job: Job, sweep: str, cache: Path) -> Row:
     torch.set_num_threads(1)
     config = load_sweep(sweep)
     backbone = load_backbone(config.backbone, **config.backbone_options)
-    train_seeds, test_seeds = sweep_seeds(config)
     teacher = config.teacher.solver
-    train = load_or_generate(cache, backbone, train_seeds, teacher, progress=False)
-    test = load_or_generate(cache, backbone, test_seeds, teacher, progress=False)
+    sets = {
+        role: load_or_generate(cache, backbone, seeds, teacher, progress=False)
+        for role, seeds in sweep_seeds(config).items()
+    }
+    test = sets["test"]
     folder = job.folder / job.fit.loss
     folder.mkdir(parents=True, exist_ok=True)
-    fitted = fit_spec(job.spec, backbone, train, job.fit, folder, False)
+    fitted = fit_spec(
+        job.spec, backbone, sets["train"], job.fit, folder, False, validation=sets["validation"]
+    )
     solver, seconds = fitted.solver, fitted.seconds
     path = fitted.path or save_solver(folder / f"{job.spec.key()}.pt", solver)
     best = read_checkpoint(path)["metadata"].get("best_iteration", 0)
@@ -269,7 +273,7 @@ def main() -> None:
         return
     cache = args.out / "cache"
     backbone = load_backbone(config.backbone, **config.backbone_options)
-    for seeds in sweep_seeds(config):  # once, before the workers read it
+    for seeds in sweep_seeds(config).values():  # once, before the workers read it
         load_or_generate(cache, backbone, seeds, config.teacher.solver)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.curve:

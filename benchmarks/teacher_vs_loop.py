@@ -24,6 +24,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,20 +48,22 @@ def timed(run):
 def one_repeat(config: SweepConfig, folder: Path) -> tuple[dict[str, float], float]:
     """Seconds of the loop, the parallel pass and the cache hit; and the largest endpoint gap."""
     backbone = load_backbone(config.backbone, **config.backbone_options)
-    train, test = sweep_seeds(config)
+    seeds = [s for role in sweep_seeds(config).values() for s in role]
     loop, loop_s = timed(
-        lambda: generate_teacher(backbone, [*train, *test], config.teacher.solver, progress=False)
+        lambda: generate_teacher(backbone, seeds, config.teacher.solver, progress=False)
     )
     entries, parallel_s = timed(lambda: prepare_teachers(config, open_storage(str(folder))))
+
+    def written_entries(prepared: Any) -> list[Path]:
+        return [prepared.train, prepared.validation, prepared.test]
+
     _, hit_s = timed(
         lambda: [
             read_teacher(f)
-            for f in (prepare_teachers(config, open_storage(str(folder))).train, entries.test)
+            for f in written_entries(prepare_teachers(config, open_storage(str(folder))))
         ]
     )
-    written = torch.cat(
-        [read_teacher(entries.train).endpoints, read_teacher(entries.test).endpoints]
-    )
+    written = torch.cat([read_teacher(f).endpoints for f in written_entries(entries)])
     gap = float((written - loop.endpoints).abs().max() / loop.endpoints.abs().max())
     return {"loop": loop_s, "parallel": parallel_s, "cache hit": hit_s}, gap
 

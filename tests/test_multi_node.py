@@ -30,7 +30,7 @@ def test_trials_ran_on_both_nodes_and_every_result_is_in_one_store(sweep: TwoNod
 def test_the_teacher_was_generated_once_for_both_nodes(sweep: TwoNodeSweep) -> None:
     assert "teacher generations: 1" in sweep.output
     entries = {key.split("/")[1] for key in sweep.stored if key.startswith("teacher/")}
-    assert len(entries) == 2  # the training and the test seeds
+    assert len(entries) == 3  # the training, validation and test seeds
     for entry in entries:
         assert f"teacher/{entry}/manifest.json" in sweep.stored
 
@@ -50,7 +50,7 @@ def test_the_bucket_holds_the_sweep_and_no_local_folder_does(sweep: TwoNodeSweep
     fitted = [key for key in sweep.stored if key.startswith("fitted/")]
     assert len(fitted) == len(learned)
     assert any(key.startswith("tune/experiment_state") for key in sweep.stored)
-    assert any(key.startswith("train/fit-dyweight") for key in sweep.stored)
+    assert not [key for key in sweep.stored if key.endswith(".state.pt")]  # fits ended: removed
     assert {"summary.json", "sweep.yaml"} <= set(sweep.stored)
     assert sweep.local_storage == [], f"written outside s3://{BUCKET}/{PREFIX}"
 

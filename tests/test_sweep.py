@@ -1,7 +1,8 @@
-"""`spanlift sweep` end to end on local Ray: real Tune trials, Ray Train fits, an MLflow store.
+"""`spanlift sweep` end to end on local Ray: real Tune trials, fits in the trials' processes and
+on Ray Train workers, an MLflow store.
 
 Each test runs the command line in its own folder, as a user would, and inspects what it left:
-the MLflow runs, the sweep summary, the Ray Train checkpoints.
+the MLflow runs, the sweep summary, the fits' saved states.
 """
 
 import json
@@ -58,7 +59,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
 
 def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
     folder, result = smoke
-    assert "2/2 configurations finished" in result.stdout
+    assert "2/2 distinct configurations finished" in result.stdout
     runs = {r.data.params["solver"]: r for r in runs_of(folder, "gmm-smoke")}
     assert set(runs) == {"ipndm", "dyweight"}
     assert all(r.info.status == "FINISHED" for r in runs.values())
@@ -72,8 +73,10 @@ def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     names = {a.path for a in client.list_artifacts(fitted.info.run_id)}
     assert "samples.png" in names and any(n.endswith(".pt") for n in names)
-    assert {a.path for a in client.list_artifacts(analytic.info.run_id)} == {"samples.png"}
-    best = f"best: dyweight nfe=3, rmse {fitted.data.metrics['rmse']:.4g}"
+    analytic_files = {a.path for a in client.list_artifacts(analytic.info.run_id)}
+    assert analytic_files == {"samples.png", "errors.parquet", "configuration.json"}
+    metrics = fitted.data.metrics
+    best = f"best: dyweight nfe=3, val_rmse {metrics['val_rmse']:.4g}, rmse {metrics['rmse']:.4g}"
     assert best in result.stdout.splitlines()  # 4 significant digits, as every other line
     experiment = client.get_experiment_by_name("gmm-smoke").experiment_id
     page = (
@@ -107,7 +110,7 @@ def test_runs_follow_mlflow_conventions(smoke) -> None:
         assert tags["mlflow.source.name"].startswith("spanlift sweep")
         assert len(tags["spanlift.code_version"]) == 12
     losses = client.get_metric_history(children["dyweight nfe=3"].info.run_id, "loss")
-    assert [m.step for m in losses] == list(range(20))  # one point per fit iteration
+    assert [m.step for m in losses] == list(range(60))  # one point per fit iteration
     assert losses[-1].value < losses[0].value
 
 
@@ -115,7 +118,7 @@ def test_teacher_is_generated_once_and_shared(smoke) -> None:
     folder, _ = smoke
     assert summary(folder, "gmm-smoke")["teacher_generations"] == 1
     entries = list((folder / "runs" / "sweeps" / "gmm-smoke" / "teacher").glob("teacher-*"))
-    assert len(entries) == 2  # the train and the test seeds
+    assert len(entries) == 3  # the training, validation and test seeds
     assert all((e / "manifest.json").is_file() for e in entries)
 
 
@@ -156,7 +159,7 @@ def test_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(tmp_path: P
     path = sweep_file(tmp_path, "nan", fit={"iterations": 20, "lr": 1e30, "warmup": 0})
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     assert result.returncode == 1, result.stdout + result.stderr  # schedulers and CI notice
-    assert "1/2 configurations finished" in result.stdout
+    assert "1/2 distinct configurations finished" in result.stdout
     assert "failed: dyweight nfe=3" in result.stdout and "diverged" in result.stdout
     runs = {r.data.params["solver"]: r for r in runs_of(tmp_path, "nan")}
     assert runs["ipndm"].info.status == "FINISHED"
@@ -170,9 +173,9 @@ def test_tpe_sweep_samples_the_define_by_run_space(tmp_path: Path) -> None:
     path = sweep_file(tmp_path, "tpe", solvers=solvers, search=search)
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3/3 configurations finished" in result.stdout
+    assert "3/3 distinct configurations finished" in result.stdout
     runs = runs_of(tmp_path, "tpe")
-    assert 1 <= len(runs) <= 3  # TPE may propose one configuration twice; MLflow keeps one run
+    assert len(runs) == 3  # a configuration TPE proposes again is answered, not run again
     for run in runs:
         assert run.data.params["solver"] == "ipndm" and run.data.params["nfe"] in {"3", "4"}
         assert run.data.params["configuration"] in {f"ipndm[order={k}]" for k in (1, 2, 3)}
@@ -256,7 +259,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Pat
         {"name": "ipndm", "nfe": 3, "settings": {"order": 3}},
         {"name": "dyweight", "nfe": [3, 4]},
     ]
-    fit = {"iterations": 400, "batch_size": 64, "checkpoint_every": 100}
+    fit = {"iterations": 3000, "batch_size": 64, "checkpoint_every": 100}  # ~12 s a fit
     path = sweep_file(tmp_path, "resume", solvers=solvers, fit=fit)
     process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
 
@@ -320,39 +323,40 @@ def test_ctrl_c_before_the_first_configuration_stops_the_sweep(tmp_path: Path, s
         assert [r.info.status for r in runs_of(tmp_path, "early")] == ["FINISHED"]
 
 
-def train_worker_pids() -> list[int]:
+def trial_pids() -> list[int]:
+    """The processes of Tune's trials (a one-worker fit runs in its trial's process)."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and b"RayTrainWorker" in (proc / "cmdline").read_bytes():
+            if proc.name.isdigit() and b"ImplicitFunc" in (proc / "cmdline").read_bytes():
                 pids.append(int(proc.name))
         except OSError:
             continue
     return pids
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process through /proc")
-def test_worker_killed_mid_fit_resumes_from_its_checkpoint(tmp_path: Path) -> None:
-    fit = {"iterations": 1200, "batch_size": 64, "checkpoint_every": 100, "log_every": 100}
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the trial's process through /proc")
+def test_a_trial_killed_mid_fit_resumes_from_its_saved_state(tmp_path: Path) -> None:
+    fit = {"iterations": 3000, "batch_size": 64, "checkpoint_every": 100, "log_every": 100}
     path = sweep_file(tmp_path, "kill", solvers=[{"name": "dyweight", "nfe": 3}], fit=fit)
     process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     train = tmp_path / "runs" / "sweeps" / "kill" / "train"
-    # two checkpoints on disk: the first is surely registered with Ray Train by then
-    wait_for(
-        lambda: len(list(train.glob("*/checkpoint_*"))) >= 2 and train_worker_pids(), 300, process
-    )
-    for pid in train_worker_pids():
+    wait_for(lambda: list(train.glob("*.state.pt")) and trial_pids(), 300, process)
+    time.sleep(1)  # a state or two later
+    for pid in trial_pids():
         os.kill(pid, signal.SIGKILL)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output[-3000:]
-    (run,) = runs_of(tmp_path, "kill")
+    (run,) = runs_of(tmp_path, "kill")  # the retry reopened its run: no second one
     assert run.info.status == "FINISHED"
     assert run.data.metrics["fit_resumed_from"] >= 100  # continued, not restarted from zero
+    assert not list(train.glob("*.state.pt"))  # removed once the fit was kept
 
 
 def test_a_trajectory_solver_fits_on_teacher_states_prepared_by_the_sweep(tmp_path: Path) -> None:
-    """AMED is matched at its grid points: the sweep prepares one extra teacher entry with the
-    states at that grid, the fit reads it, and its run logs the validation curve."""
+    """AMED is matched at its grid points: the sweep prepares two extra teacher entries with the
+    states at that grid (training and validation seeds), the fit reads them, and its run logs
+    the validation curve."""
     solvers = [{"name": "amed", "nfe": 3, "settings": {"afs": True}}]
     path = sweep_file(tmp_path, "trajectory", solvers=solvers, fit={"iterations": 10})
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
@@ -360,7 +364,8 @@ def test_a_trajectory_solver_fits_on_teacher_states_prepared_by_the_sweep(tmp_pa
     entries = list((tmp_path / "runs" / "sweeps" / "trajectory" / "teacher").glob("teacher-*"))
     manifests = [json.loads((e / "manifest.json").read_text()) for e in entries]
     states = [m["state_sigmas"] for m in manifests if m["state_sigmas"]]
-    assert len(entries) == 3 and len(states) == 1 and len(states[0]) == 2  # σ_1, σ_2 of 2 steps
+    assert len(entries) == 5 and len(states) == 2  # training and validation states
+    assert all(len(s) == 2 for s in states)  # σ_1, σ_2 of 2 steps
     (run,) = runs_of(tmp_path, "trajectory")
     assert run.info.status == "FINISHED"
     history = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(

@@ -59,7 +59,8 @@ SWEEP = {
         {"name": "dyweight", "nfe": [3, 4, 5]},
     ],
     "search": {"algorithm": "grid", "metric": "rmse", "mode": "min"},
-    "fit": {"iterations": 60, "batch_size": 16, "lr": 0.005, "seed": 0, "checkpoint_every": 20},
+    # ~8 s a fit in its trial's process: the worker node is killed while one runs
+    "fit": {"iterations": 2000, "batch_size": 16, "lr": 0.005, "seed": 0, "checkpoint_every": 100},
     "resources": {
         "trial_cpu": 0.1,
         "workers": 1,

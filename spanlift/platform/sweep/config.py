@@ -200,7 +200,7 @@ class SweepConfig:
         one-thread actors score 3.3× the images of one two-thread actor, docs/results.md)."""
         r = self.resources
         count = self.evaluation.evaluators if self.needs_evaluators else 0
-        if r.use_gpu:
+        if r.use_gpu is True:  # resolved on the cluster ("auto": `Resources.uses_gpus`)
             return count, r.evaluator_cpus, r.evaluator_gpu, max(1, int(r.evaluator_cpus))
         split = max(1, int(r.evaluator_cpus + 1e-9))
         return count * split, r.evaluator_cpus / split, 0.0, 1

@@ -92,6 +92,7 @@ def connect(uri: str, read_only: bool = False) -> MlflowClient:
             f"no MLflow store at {store}: run this where the sweep ran (it writes mlflow.db in its "
             "working folder), or pass --tracking-uri"
         )
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep the console ours
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
