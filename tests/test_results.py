@@ -94,3 +94,30 @@ def test_a_run_names_its_training_teacher_only_when_it_had_one() -> None:
     assert params["nfe"] == 3 and params["base"] == "dyweight"
     evaluated = Configuration("gmm", {}, SPANLIFT, teacher_identity(TEACHER))
     assert "teacher" not in configuration_params(evaluated)
+
+
+def test_two_trials_that_need_the_same_fit_fit_it_once(gmm, tmp_path) -> None:
+    """The second waits for the first's fit, then reads it from the cache."""
+    import threading
+    import time
+
+    fits, started = [], threading.Event()
+
+    def slow_fit(solver: Solver, out: Path) -> Fitted:
+        fits.append(out)
+        started.set()
+        time.sleep(0.5)
+        return Fitted.from_checkpoint(solver, save_solver(out, solver), seconds=1.0)
+
+    results = []
+
+    def trial() -> None:
+        results.append(cache(tmp_path, lr=0.1).fitted(SolverSpec("dyweight", 3), gmm, slow_fit))
+
+    first = threading.Thread(target=trial)
+    first.start()
+    started.wait(5)
+    trial()  # meanwhile, in this thread
+    first.join()
+    assert len(fits) == 1 and {r.path for r in results} == {fits[0]}
+    assert sorted(r.seconds for r in results) == [0.0, 1.0]

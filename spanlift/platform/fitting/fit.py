@@ -192,8 +192,9 @@ def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
     return make_loss(backbone.decode, **options)
 
 
-Objective = Callable[[torch.nn.Module, TeacherSet, torch.Tensor | None], torch.Tensor]
-"""(model, batch of the teacher set, input slack δ or None) → the scalar loss."""
+Objective = Callable[..., torch.Tensor]
+"""(model, batch of the teacher set, input slack δ or None[, groups]) → the scalar loss of the
+batch, or with `groups` (index tensors into the batch) the loss of each group, from one rollout."""
 
 
 def objective(solver: Solver, settings: "FitSettings", backbone: Backbone) -> Objective:
@@ -207,16 +208,33 @@ def objective(solver: Solver, settings: "FitSettings", backbone: Backbone) -> Ob
         )
     sigmas = supervision_sigmas(solver)
 
-    def loss(model: torch.nn.Module, batch: TeacherSet, slack: torch.Tensor | None) -> torch.Tensor:
+    def loss(
+        model: torch.nn.Module,
+        batch: TeacherSet,
+        slack: torch.Tensor | None,
+        groups: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         device = solver_device(solver)
         noise = batch.noise.to(device) + (0 if slack is None else slack)
         x = backbone.prior(noise)
         denoiser = conditioned(backbone, on_device(batch.cond, device))
         if not trajectory:
-            return loss_fn(model(denoiser, x), batch.target(settings.target).to(device))
-        states, targets = model(denoiser, x, trajectory=True), batch.states_at(sigmas).to(device)
-        path = (states[:, :-1] - targets[:, :-1]).square().mean() if len(sigmas) > 1 else 0
-        return path + loss_fn(states[:, -1], targets[:, -1])
+            endpoint, target = model(denoiser, x), batch.target(settings.target).to(device)
+
+            def of(rows: Any) -> torch.Tensor:
+                return loss_fn(endpoint[rows], target[rows])
+        else:
+            states, targets = (
+                model(denoiser, x, trajectory=True),
+                batch.states_at(sigmas).to(device),
+            )
+
+            def of(rows: Any) -> torch.Tensor:
+                s, t = states[rows], targets[rows]
+                path = (s[:, :-1] - t[:, :-1]).square().mean() if len(sigmas) > 1 else 0
+                return path + loss_fn(s[:, -1], t[:, -1])
+
+        return of(slice(None)) if groups is None else torch.stack([of(g) for g in groups])
 
     return loss
 
@@ -237,12 +255,23 @@ NOISE_MULTIPLE = 2.0
 """How many paired standard errors a later state must beat the starting state by."""
 
 
+VALIDATION_BATCH = 256
+"""Validation seeds rolled out at once (whole groups; no gradients, so larger than a batch)."""
+
+
 @torch.no_grad()
 def validation_losses(solver: Solver, loss: Objective, validation: TeacherSet) -> Tensor:
     """The loss of each of min(VALIDATION_GROUPS, N) groups of consecutive validation seeds (sizes
-    differing by at most one; no slack, no DDP)."""
+    differing by at most one), rolled out a few whole groups at a time (no slack, no DDP)."""
     groups = torch.arange(len(validation)).tensor_split(min(VALIDATION_GROUPS, len(validation)))
-    return torch.tensor([loss(solver, validation.subset(g), None).item() for g in groups])
+    per_batch = max(1, VALIDATION_BATCH // len(groups[0]))
+    losses = []
+    for start in range(0, len(groups), per_batch):
+        chunk = groups[start : start + per_batch]
+        rows = torch.cat(list(chunk))
+        local = [g - rows[0] for g in chunk]
+        losses.append(loss(solver, validation.subset(slice(rows[0], rows[-1] + 1)), None, local))
+    return torch.cat(losses).detach().cpu()
 
 
 def mean_loss(groups: Tensor, validation: TeacherSet) -> float:

@@ -7,11 +7,14 @@ settings, solver spec), so a changed fit is never served old weights, and the co
 another version's weights out unless reuse across versions is asked for. A SpanLift that needs a
 fitted base gets it from the same cache, fitted first if missing (the paper's two-stage fit).
 With a bucket storage, `folder` is the bucket's local copy: a kept fit missing here is fetched
-from the bucket, a new one published.
+from the bucket, a new one published. On one node, one process at a time fits a given solver
+(a lock file beside its checkpoint): another that needs it waits and reads the result.
 """
 
+import fcntl
 import fnmatch
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -137,10 +140,26 @@ class FitCache:
         if not is_learnable(solver):
             return Fitted(solver, seconds=base_seconds)
         cached = self.find(spec)
-        if cached is not None:
-            return Fitted.from_checkpoint(solver, cached, base_seconds)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fitted = fit_one(solver, self.path(spec))
-        if self.storage:
-            self.storage.publish(fitted.path)
-        return replace(fitted, seconds=base_seconds + fitted.seconds)
+        if cached is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with one_fit_at_a_time(self.path(spec)):
+                cached = self.find(spec)  # kept by another process of this node meanwhile
+                if cached is None:
+                    fitted = fit_one(solver, self.path(spec))
+                    if self.storage:
+                        self.storage.publish(fitted.path)
+                    return replace(fitted, seconds=base_seconds + fitted.seconds)
+        return Fitted.from_checkpoint(solver, cached, base_seconds)
+
+
+@contextmanager
+def one_fit_at_a_time(path: Path) -> Iterator[None]:
+    """Hold the lock of the fit kept at `path` on this node: two trials that need the same fit
+    (a SpanLift's base and that base's own trial) fit it once, the second waiting for the
+    first's result."""
+    with path.with_suffix(".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -347,6 +347,16 @@ PROBE_SIGMAS = (EDM_SIGMA_MIN, EDM_SIGMA_MAX)
 starts (the backbone's own range may differ; what the settings allow does not)."""
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A stand-in backbone with EDM's σ range and one channel: what building a solver to look at
+    it (its settings, whether it learns) needs of a backbone."""
+
+    sigma_min: float = EDM_SIGMA_MIN
+    sigma_max: float = EDM_SIGMA_MAX
+    shape: tuple[int, ...] = (1,)
+
+
 def _use_gpu(reader: _Reader) -> bool | str:
     value = reader.get("use_gpu", (bool, str), Resources.use_gpu, "true, false or auto")
     if value not in (True, False, "auto"):

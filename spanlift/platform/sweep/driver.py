@@ -35,7 +35,7 @@ from spanlift.platform.ray_runtime import (
     start_ray,
 )
 from spanlift.platform.storage import Storage, open_storage
-from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.config import PROBE_SIGMAS, Probe, SweepConfig, load_sweep
 from spanlift.platform.sweep.distinct_search import DistinctSearch
 from spanlift.platform.sweep.progress import (
     console_settings,
@@ -57,6 +57,8 @@ from spanlift.platform.tracking.runs import (
     resolve_tracking_uri,
     source_tags,
 )
+from spanlift.solvers import build_solver
+from spanlift.solvers.loading import is_learnable, needs_fitted_base
 
 
 class FinalMetricOptunaSearch(OptunaSearch):
@@ -68,14 +70,39 @@ class FinalMetricOptunaSearch(OptunaSearch):
 
 
 def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
-    """Optuna's GridSampler over the index of every configuration: each runs exactly once."""
+    """Optuna's GridSampler over the index of every configuration: each runs exactly once, the
+    longest first (`longest_first`)."""
     indices = list(range(len(config.trials())))
     space = {"trial": optuna.distributions.CategoricalDistribution(indices)}
     sampler = optuna.samplers.GridSampler({"trial": indices}, seed=0)
     searcher = FinalMetricOptunaSearch(
-        space, metric=config.search_metric, mode=config.mode, sampler=sampler
+        space,
+        metric=config.search_metric,
+        mode=config.mode,
+        sampler=sampler,
+        points_to_evaluate=[{"trial": i} for i in longest_first(config)],
     )
     return searcher, len(indices)
+
+
+def longest_first(config: SweepConfig) -> list[int]:
+    """The grid's configurations in the order that ends a sweep soonest: the longest first, so the
+    last to start are short ones that fill the gaps (the longest-processing-time rule). A trial's
+    length is guessed from what it does: a solver on a fitted base (a two-stage SpanLift, which
+    fits its base first) before a fitted solver before an analytic one, then by the fit's
+    iterations × NFE × replicates; a base so runs inside the trial that needs it, before its own
+    trial takes it from the fit cache. Ties keep file order."""
+
+    def length(index: int) -> tuple[int, float]:
+        entry, spec = config.grid()[index]
+        solver = build_solver(spec, *PROBE_SIGMAS, channels=1)
+        if not is_learnable(solver):
+            return 0, spec.nfe
+        fit = config.fit_of(entry)
+        stages = 2 if needs_fitted_base(spec, Probe()) else 1
+        return stages, fit.iterations * spec.nfe * len(config.replicate_seeds(entry))
+
+    return sorted(range(len(config.trials())), key=length, reverse=True)
 
 
 def tpe_search(context: SweepContext, concurrency: int) -> tuple[DistinctSearch, int]:
