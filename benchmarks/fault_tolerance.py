@@ -7,11 +7,12 @@ Every scenario runs in a fresh temporary folder with its own MLflow store and it
 on 2 CPUs; the sweeps run the GMM backbone through the command line (`spanlift sweep`), as a user
 runs them. One row per fault:
 
-1. Ray Train worker SIGKILL: the worker of a DyWeight fit is killed once two of its checkpoints
-   are on disk. Lost: the iterations done since its newest checkpoint; the iteration at the kill
-   is estimated from the newest checkpoint and the rate checkpoints were written at (`≈`).
-   Redone: the iterations between the checkpoint the fit resumed from (`fit_resumed_from`) and
-   the kill. The sweep must recover by itself: exit 0, the run FINISHED.
+1. fit process SIGKILL: the trial process of a DyWeight fit (a one-worker fit runs in its
+   trial's process) is killed once its saved state is two checkpoints in. Lost: the iterations
+   done since its newest saved state; the iteration at the kill is estimated from that state and
+   the rate the fit ran at (`≈`). Redone: the iterations between the state the fit resumed from
+   (`fit_resumed_from`) and the kill. The sweep must recover by itself (Tune retries the trial):
+   exit 0, the run FINISHED, no second run.
 2. driver SIGKILL: the `spanlift sweep` process is killed once a configuration has finished and
    a fit is under way, then `spanlift sweep FILE --resume` runs. The sweep runs in its own
    session; Ray processes still alive 10 s after the kill are SIGKILLed, as a crashed machine
@@ -71,7 +72,6 @@ from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
 from spanlift.platform.evaluation.pool import EvaluatorPool, running_evaluators
 from spanlift.platform.ray_runtime import start_ray
-from spanlift.platform.sweep.train_worker import STATE_FILE
 from spanlift.platform.tracking.runs import FAILURE_TAG, KEY_TAG
 from spanlift.solvers import SolverSpec
 
@@ -88,7 +88,7 @@ CHECKPOINT_EVERY = 100
 RESUMABLE = [{"name": "euler", "nfe": 3}, {"name": "dyweight", "nfe": 3}]
 """An analytic configuration that finishes while the other one fits: a sweep to stop mid-fit."""
 RESUMABLE_FIT = {
-    "iterations": 1000,
+    "iterations": 4000,
     "batch_size": 64,
     "checkpoint_every": CHECKPOINT_EVERY,
     "log_every": CHECKPOINT_EVERY,
@@ -143,7 +143,7 @@ def command_line(pid: int) -> bytes:
 
 
 def process_name(pid: int) -> str:
-    """`ray::RayTrainWorker...` or `raylet`: the program a process runs, as `ps` shows it."""
+    """`ray::ImplicitFunc.train` or `raylet`: the program a process runs, as `ps` shows it."""
     return Path(command_line(pid).split(b"\0")[0].decode(errors="replace")).name[:40]
 
 
@@ -175,8 +175,9 @@ class Launch:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def train_workers(self) -> list[int]:
-        return [p for p in session_pids(self.pid) if b"RayTrainWorker" in command_line(p)]
+    def fit_processes(self) -> list[int]:
+        """The processes fitting: Tune's trial processes (a one-worker fit runs in its trial)."""
+        return [p for p in session_pids(self.pid) if b"ImplicitFunc" in command_line(p)]
 
     def wait(self, timeout: float = TIMEOUT_S) -> int:
         """The command's exit code, once it and the Ray it started are gone."""
@@ -211,19 +212,19 @@ class Launch:
             time.sleep(POLL_S)
 
 
-# Fit progress, read from the Ray Train checkpoints a sweep keeps under `<storage>/<exp>/train/`.
+# Fit progress, read from the states fits save under `<storage>/<exp>/train/<fit>.state.pt`.
 
 
 @dataclass(frozen=True)
 class FitProgress:
-    """How far one Ray Train fit had got when a fault struck."""
+    """How far one fit had got when a fault struck."""
 
     checkpoint: int
-    """Iteration of its newest checkpoint on disk."""
+    """Iteration of its newest saved state."""
     reached: int | None
-    """Iteration it had reached, estimated at the rate its checkpoints were written; None when
-    that rate is unknown or says it should have written its next checkpoint (it was stalled):
-    all that is known then is that it was short of that next checkpoint."""
+    """Iteration it had reached, estimated at the rate it ran at up to that state; None when
+    that says it should have saved its next state (it was stalled): all that is known then is
+    that it was short of that next state."""
 
     def at(self) -> str:
         return f"≈{self.reached}" if self.reached is not None else self.between(0)
@@ -239,45 +240,37 @@ class FitProgress:
         return f"{low}–{low + CHECKPOINT_EVERY - 1}"
 
 
-def checkpoint_times(fit: Path) -> list[tuple[int, float]]:
-    """(iteration, time written) of each readable checkpoint of one fit, oldest first."""
-    found = []
-    for folder in fit.glob("checkpoint_*"):
-        try:
-            written = (folder / STATE_FILE).stat().st_mtime
-            state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
-            continue  # being written, or pruned (Ray Train keeps two)
-        found.append((int(state["iteration"]), written))
-    return sorted(found)
-
-
-def progress_of(fit: Path, now: float) -> FitProgress | None:
-    """Its newest checkpoint, and the iteration reached at `now` had it gone on at the rate of
-    its last two checkpoints (short of the next checkpoint, which is not on disk)."""
-    times = checkpoint_times(fit)
-    if not times:
-        return None
-    iteration, written = times[-1]
-    if len(times) < 2:
+def progress_of(state: Path, now: float) -> FitProgress | None:
+    """Its newest saved state, and the iteration reached at `now` had it gone on at its rate
+    (short of the next state, which is not on disk)."""
+    try:
+        written = state.stat().st_mtime
+        saved = torch.load(state, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+        return None  # being written, or removed as the fit ended
+    iteration, seconds = int(saved["iteration"]), float(saved["seconds"])
+    if seconds <= 0:
         return FitProgress(iteration, None)
-    (before, then) = times[-2]
-    ahead = round((iteration - before) / max(written - then, 1e-3) * (now - written))
+    ahead = round(iteration / seconds * (now - written))
     return FitProgress(iteration, iteration + ahead if ahead < CHECKPOINT_EVERY else None)
 
 
 def fit_label(solver: str, nfe: object) -> str:
-    """How fits are matched with runs: a fit's Ray Train folder is `fit-<solver>-nfe<N>-...`."""
+    """How fits are matched with runs: a fit's state is `<solver>-nfe<N>-...state.pt`."""
     return f"{solver}-nfe{nfe}"
 
 
+def saved_states(train: Path) -> list[Path]:
+    return list(train.glob("*.state.pt"))
+
+
 def fit_progress(train: Path) -> dict[str, FitProgress]:
-    """Progress of every fit under a sweep's `train/` folder, by `fit_label`."""
+    """Progress of every fit with a saved state under a sweep's `train/` folder, by label."""
     now, progress = time.time(), {}
-    for fit in train.glob("fit-*"):
-        found = progress_of(fit, now)
+    for state in saved_states(train):
+        found = progress_of(state, now)
         if found is not None:
-            solver, nfe = fit.name.split("-")[1:3]
+            solver, nfe = state.name.split("-")[:2]
             progress[fit_label(solver, nfe.removeprefix("nfe"))] = found
     return progress
 
@@ -304,7 +297,7 @@ class Hit:
     running: list[Run]
     """Configurations RUNNING in MLflow just before the fault."""
     progress: dict[str, FitProgress]
-    """Each fit when the Ray Train workers of the moment of the fault were gone."""
+    """Each fit when the processes fitting at the moment of the fault were gone."""
     finished: dict[str, int]
     """Run id → end time of each configuration FINISHED once the command had ended."""
     note: str
@@ -370,7 +363,9 @@ class Sweep:
         ]
 
     def checkpoints(self) -> int:
-        return len(list((self.root / "train").glob("*/checkpoint_*")))
+        """Saved states the newest fit's state stands for (0: none saved)."""
+        found = fit_progress(self.root / "train")
+        return max((p.checkpoint // CHECKPOINT_EVERY for p in found.values()), default=0)
 
     def finished(self) -> dict[str, int]:
         return {r.info.run_id: r.info.end_time for r in self.runs() if r.info.status == "FINISHED"}
@@ -380,9 +375,9 @@ class Sweep:
         launch = self.start()
         launch.wait_for(lambda: ready(launch))
         running = [r for r in self.runs() if r.info.status == "RUNNING"]
-        workers = launch.train_workers()
+        fitting = launch.fit_processes()
         note = fault(launch)
-        wait_gone(workers)  # a fit goes on until its workers are gone, checkpoints included
+        wait_gone(fitting)  # a fit goes on until its process is gone, saved states included
         progress = fit_progress(self.root / "train")
         code = launch.wait()
         return Hit(code, launch, running, progress, self.finished(), note)
@@ -391,9 +386,9 @@ class Sweep:
 # Faults.
 
 
-def kill_train_workers(launch: Launch) -> str:
-    killed = kill_all(launch.train_workers())
-    return f"SIGKILLed {killed} Ray Train worker process(es); Ray Train restarts the group"
+def kill_fit_processes(launch: Launch) -> str:
+    killed = kill_all(launch.fit_processes())
+    return f"SIGKILLed {killed} trial process(es) fitting; Tune retries the trial"
 
 
 def kill_driver(launch: Launch) -> str:
@@ -416,38 +411,40 @@ def ctrl_c(launch: Launch) -> str:
 
 
 def worker_sigkill(folder: Path) -> Row:
-    """1. Ray Train worker SIGKILL mid-fit"""
+    """1. fit process SIGKILL mid-fit"""
     solvers = [{"name": "dyweight", "nfe": 3}]
     sweep = Sweep(folder, "worker-kill", solvers=solvers, fit=RESUMABLE_FIT)
     hit = sweep.inject(
-        lambda launch: sweep.checkpoints() >= 2 and bool(launch.train_workers()), kill_train_workers
+        lambda launch: sweep.checkpoints() >= 2 and bool(launch.fit_processes()),
+        kill_fit_processes,
     )
     runs, row = sweep.runs(), Row(notes=sweep.notes(hit))
     (run,) = runs
     at = hit.progress[label_of(run)]
     resumed = int(run.data.metrics.get("fit_resumed_from", -1))
     row.lost = (
-        f"{at.since(at.checkpoint)} iterations: killed at {at.at()}, newest checkpoint "
+        f"{at.since(at.checkpoint)} iterations: killed at {at.at()}, newest saved state "
         f"{at.checkpoint} (one every {CHECKPOINT_EVERY})"
     )
     row.redone = f"{at.since(resumed)} iterations: resumed from {resumed}"
     row.duplicates = str(duplicates(runs))
     row.expect(hit.code == 0, f"the sweep exited {hit.code}, not 0")
     row.expect(run.info.status == "FINISHED", f"the run is {run.info.status}, not FINISHED")
-    row.expect(resumed >= CHECKPOINT_EVERY, f"the fit resumed from {resumed}, not a checkpoint")
+    row.expect(resumed >= CHECKPOINT_EVERY, f"the fit resumed from {resumed}, not a saved state")
+    row.expect(len(runs) == 1, f"{len(runs)} runs for one configuration")
     return row
 
 
 def fitting_after_a_finish(sweep: Sweep, launch: Launch) -> bool:
-    """A configuration has finished and a fit is under way, past its first checkpoint."""
-    return sweep.checkpoints() >= 1 and bool(launch.train_workers()) and bool(sweep.finished())
+    """A configuration has finished and a fit is under way, past its first saved state."""
+    return sweep.checkpoints() >= 1 and bool(launch.fit_processes()) and bool(sweep.finished())
 
 
 def lost_configurations(hit: Hit) -> str:
     lost = []
     for run in hit.running:
         at = hit.progress.get(label_of(run))
-        fit = f"fit at {at.at()}, newest checkpoint {at.checkpoint}" if at else "no checkpoint"
+        fit = f"fit at {at.at()}, newest saved state {at.checkpoint}" if at else "no saved state"
         lost.append(f"{run.info.run_name} ({fit})")
     return ", ".join(lost) or "no configuration was running"
 
