@@ -31,11 +31,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
-	$(BIN)/python -m pytest -q
+# The unit tests in two processes of one torch thread each (2 cores), then the end-to-end tests one
+# at a time (each starts its own Ray, or interrupts a sweep at a moment it waits for).
+test: test-fast
+	$(BIN)/python -m pytest -q -m e2e
 
 test-fast: lint
-	$(BIN)/python -m pytest -q -m "not e2e"
+	$(BIN)/python -m pytest -q -n 2 -m "not e2e"
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -1,6 +1,7 @@
 """Shared fixtures: the analytic Gaussian-mixture backbone, small teacher sets, and an experiment
 in a real MLflow sqlite store."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from spanlift.solvers import SOLVERS
 from spanlift.solvers.peers import PeerSolver
 
 from .mlflow_store import Store
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test-fast`: one torch thread per test process
+    torch.set_num_threads(1)
 
 NATIVE_SOLVERS = sorted(name for name, cls in SOLVERS if not issubclass(cls, PeerSolver))
 """The solvers whose loop is spanlift's. Peer solvers run another library's loop (diffusers,

@@ -65,7 +65,7 @@ def warn_if_elsewhere(params: dict[str, str], here: tuple[str, bool]) -> None:
 
 def report(recorded: dict[str, float], new: dict[str, float], tolerance: float) -> int:
     """The side-by-side table; 1 when a value differs by more than `tolerance` (relative)."""
-    print(f"{'metric':<14}{'recorded':>16}{'rerun':>16}{'difference':>14}")
+    print(f"{'metric':<14}{'recorded':>16}{'rerun':>16}{'relative diff':>15}")
     worst = 0.0
     for name in COMPARED:
         if name not in recorded or name not in new:
@@ -73,7 +73,7 @@ def report(recorded: dict[str, float], new: dict[str, float], tolerance: float) 
         old, now = recorded[name], new[name]
         relative = abs(now - old) / max(abs(old), 1e-300)
         worst = max(worst, relative)
-        print(f"{name:<14}{old:>16.10g}{now:>16.10g}{relative:>13.2e}r")
+        print(f"{name:<14}{old:>16.10g}{now:>16.10g}{relative:>15.2e}")
     agreed = worst <= tolerance or math.isclose(worst, 0.0)
     verdict = "reproduced" if agreed else "NOT reproduced"
     print(f"{verdict}: largest relative difference {worst:.2e} (tolerance {tolerance:g})")

@@ -105,6 +105,8 @@ def runs_table(
 def _row(run: Run, metric: str, names: tuple[str, ...], columns: tuple[str, ...]) -> dict:
     params, metrics = run.data.params, run.data.metrics
     protocol = {name: params[name] for name in PROTOCOL_PARAMS if params.get(name, "")}
+    if "teacher.test_seeds" in protocol and params.get("teacher.test_samples"):
+        protocol["teacher.test_seeds"] += f" ({params['teacher.test_samples']})"
     version = run.data.tags.get("spanlift.code_version")
     return {
         "backbone": params.get("backbone", "?"),
