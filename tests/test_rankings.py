@@ -123,14 +123,16 @@ def test_runs_recorded_before_validation_seeds_are_shown_marked(store: Store, tm
     assert "heun†" in out and "chosen on test values" in out
 
 
-def independent_bootstrap(a: np.ndarray, b: np.ndarray, draws: int, seed: int) -> tuple:
+def independent_bootstrap(
+    a: np.ndarray, b: np.ndarray, draws: int, seed: int, paired: bool = False
+) -> tuple:
     """The two-level bootstrap of the ratio, written out with loops over draws and replicates."""
     rng = np.random.default_rng(seed)
     ratios = []
     for _ in range(draws):
         seeds = rng.integers(0, a.shape[1], a.shape[1])
         rows_a = rng.integers(0, a.shape[0], a.shape[0])
-        rows_b = rng.integers(0, b.shape[0], b.shape[0])
+        rows_b = rows_a if paired else rng.integers(0, b.shape[0], b.shape[0])
         value_a = np.mean([math.sqrt(np.mean(a[r][seeds] ** 2)) for r in rows_a])
         value_b = np.mean([math.sqrt(np.mean(b[r][seeds] ** 2)) for r in rows_b])
         ratios.append(value_a / value_b)
@@ -144,6 +146,20 @@ def test_the_paired_bootstrap_equals_an_independent_numpy_computation() -> None:
     theirs = independent_bootstrap(a, b, 300, 5)
     assert ours == pytest.approx(theirs, abs=1e-9)
     assert ours[1] < 1  # 10 % lower on every seed: clearly better
+    b3 = np.stack([errors_of(0.11, s) for s in range(3)])
+    paired = paired_ratio_interval(a, b3, draws=300, seed=5, same_fit_seeds=True)
+    assert paired == pytest.approx(independent_bootstrap(a, b3, 300, 5, paired=True), abs=1e-9)
+
+
+def test_rows_fitted_from_the_same_seeds_are_paired_by_replicate(store: Store, tmp_path) -> None:
+    """A SpanLift that kept each of its DyWeight bases is equal to it, replicate by replicate:
+    paired, the ratio is 1 exactly; unpaired, the replicates' spread would blur it."""
+    for seed in (2, 0, 1):  # logged out of order: rows pair up by fit seed, not by log order
+        errors = errors_of(0.1 * (1 + 0.1 * seed), seed)
+        log_replicate(store, tmp_path, "spanlift", "s", seed, errors, 0.1)
+        log_replicate(store, tmp_path, "dyweight", "d", seed, errors, 0.1)
+    first, _ = store.board()
+    assert first.fit_seeds == ("0", "1", "2") and first.ratio == (1.0, 1.0)
 
 
 def test_rows_within_noise_are_tied_and_others_are_not(store: Store, tmp_path) -> None:

@@ -11,10 +11,12 @@
         the 2.5th and 97.5th percentiles of ratio_b (numpy's linear interpolation)
 
 e_r(s) is run r's error on seed s (`tracking/per_sample.py`). Resampling the fit seeds as well as
-the test seeds matters: test seeds alone miss most of a learned solver's noise. The draws come from
-numpy's `default_rng(seed)`, seeds first, then A's replicates, then B's, per b, so a result can be
-reproduced exactly. Where the ratio's interval contains 1, the two rows are tied: their difference
-is within noise.
+the test seeds matters: test seeds alone miss most of a learned solver's noise. Rows fitted from
+the same fit seeds (SpanLift's replicate s sits on DyWeight's replicate s) are paired there too:
+one draw of replicates serves both (R_B,b = R_A,b). The draws come from numpy's
+`default_rng(seed)`, seeds first, then A's replicates, then B's (unless paired), per b, so a
+result can be reproduced exactly. Where the ratio's interval contains 1, the two rows are tied:
+their difference is within noise.
 """
 
 import math
@@ -59,21 +61,28 @@ def replicate_interval(values: list[float] | np.ndarray) -> Interval:
 
 
 def paired_ratio_interval(
-    a: np.ndarray, b: np.ndarray, draws: int = BOOTSTRAP_DRAWS, seed: int = 0
+    a: np.ndarray,
+    b: np.ndarray,
+    draws: int = BOOTSTRAP_DRAWS,
+    seed: int = 0,
+    same_fit_seeds: bool = False,
 ) -> tuple[float, float]:
     """The 95 % bootstrap interval of v_A / v_B (module docstring) from the errors of each row's
     replicates on the same seeds: `a` is (replicates of A, seeds), `b` (replicates of B, seeds),
-    columns in the same seed order."""
+    columns in the same seed order; with `same_fit_seeds`, row r of both was fitted from the same
+    fit seed, and their replicates are drawn together."""
     a, b = np.atleast_2d(a), np.atleast_2d(b)
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"rows scored on different seeds: {a.shape[1]} and {b.shape[1]}")
+    if same_fit_seeds and len(a) != len(b):
+        raise ValueError(f"paired rows have {len(a)} and {len(b)} replicates")
     rng = np.random.default_rng(seed)
     seeds = a.shape[1]
     ratios = np.empty(draws)
     for k in range(draws):
         picked = rng.integers(0, seeds, seeds)
         rows_a = rng.integers(0, len(a), len(a))
-        rows_b = rng.integers(0, len(b), len(b))
+        rows_b = rows_a if same_fit_seeds else rng.integers(0, len(b), len(b))
         value_a = np.sqrt(np.square(a[rows_a][:, picked]).mean(axis=1)).mean()
         value_b = np.sqrt(np.square(b[rows_b][:, picked]).mean(axis=1)).mean()
         ratios[k] = value_a / value_b

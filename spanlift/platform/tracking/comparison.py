@@ -2,7 +2,8 @@
 
     RMSE      both rows' replicates stored their errors per test seed (`errors.parquet`): the
               two-level bootstrap interval of value / next value over the seeds both were
-              scored on; it contains 1 → tied (≈)
+              scored on, replicates paired when both rows were fitted from the same fit seeds;
+              it contains 1 → tied (≈)
     others    the 95 % Welch interval of the difference of the replicates' values contains 0 →
               tied; with fewer than two replicates a side, untested (no noise to compare with:
               FID from one sample range, say)
@@ -49,12 +50,19 @@ def compare(this: Entry, below: Entry, metric: str, mode: str, errors: "ErrorCac
     if metric in PER_SEED:
         pair = errors.aligned(this.run_ids, below.run_ids)
         if pair is not None:
-            low, high = paired_ratio_interval(*pair)
+            low, high = paired_ratio_interval(*pair, same_fit_seeds=fitted_alike(this, below))
             return replace(this, vs_next="≈" if low <= 1 <= high else better, ratio=(low, high))
     tied = welch_tied(list(this.values), list(below.values))
     if tied is None:
         return this
     return replace(this, vs_next="≈" if tied else better)
+
+
+def fitted_alike(this: Entry, below: Entry) -> bool:
+    """Whether both rows' replicates were fitted from the same fit seeds, in the same order (two
+    or more: a single run each is paired by its test seeds alone)."""
+    seeds = this.fit_seeds
+    return len(seeds) > 1 and all(seeds) and seeds == below.fit_seeds
 
 
 class ErrorCache:

@@ -23,6 +23,7 @@ class Entry:
     vs_next: str = ""  # "≈" (tied with the row below), "<" / ">" (better, by mode), "" untested
     ratio: tuple[float, float] | None = None  # 95 % interval of value / next row's value
     run_ids: tuple[str, ...] = ()
+    fit_seeds: tuple[str, ...] = ()  # each replicate's fit seed ("" where none was recorded)
     values: tuple[float, ...] = ()  # the replicates' test values
     columns: dict[str, float] = field(default_factory=dict)  # `--columns`: replicates' means
     protocol: dict[str, str] = field(default_factory=dict)  # the chosen run's PROTOCOL_PARAMS

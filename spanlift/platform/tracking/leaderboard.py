@@ -119,6 +119,7 @@ def _row(run: Run, metric: str, names: tuple[str, ...], columns: tuple[str, ...]
         "value": metrics[metric],
         "validation": metrics.get(validation_name(metric), np.nan),
         "run_id": run.info.run_id,
+        "fit_seed": params.get("fit.seed", ""),
         "columns": {name: metrics[name] for name in columns if name in metrics},
         "protocol": {**protocol, **({"code.version": version} if version else {})},
     }
@@ -156,7 +157,11 @@ class Configuration:
 
 
 def configurations(group: pd.DataFrame) -> list[Configuration]:
-    """The group's configurations: runs sharing solver and replicate group, in first-run order."""
+    """The group's configurations: runs sharing solver and replicate group, in first-run order,
+    each configuration's runs in fit-seed order (so replicates of two rows pair up)."""
+    if "fit_seed" in group:
+        group = group.assign(order=pd.to_numeric(group["fit_seed"], errors="coerce"))
+        group = group.sort_values("order", kind="stable").drop(columns="order")
     return [
         Configuration(solver, str(part["configuration"].iloc[0]), part)
         for (solver, _), part in group.groupby(["solver", "group"], sort=False)
@@ -226,6 +231,7 @@ def entry(
         validation=pick.validation,
         chosen_on=chosen_on,
         run_ids=tuple(runs["run_id"]),
+        fit_seeds=tuple(runs["fit_seed"]) if "fit_seed" in runs else (),
         values=tuple(float(v) for v in runs["value"]),
         columns={name: float(columns[name].mean()) for name in columns},
         protocol=protocol_of(runs),
