@@ -197,7 +197,8 @@ class SweepConfig:
         """(actors, CPUs, GPUs and torch threads each) of the sweep's evaluators: none when it
         needs none; on GPUs one actor per `evaluation.evaluators` with `evaluator_gpu`; on CPUs
         each evaluator's share of c CPUs as max(1, ⌊c⌋) actors of one thread (measured: two
-        one-thread actors score 3.3× the images of one two-thread actor, docs/results.md)."""
+        one-thread actors sample and score a digits FID 1.22× as fast as one two-thread actor;
+        `benchmarks/evaluator_threads.py`)."""
         r = self.resources
         count = self.evaluation.evaluators if self.needs_evaluators else 0
         if r.use_gpu is True:  # resolved on the cluster ("auto": `Resources.uses_gpus`)
