@@ -581,6 +581,17 @@ def evaluator_sigkill(folder: Path) -> Row:
     return row
 
 
+def failed_attempts(tune: Path) -> tuple[int, int]:
+    """(failed trial attempts, those that failed inside a fit), from Tune's error files: one
+    `Failure # n` block per attempt, a fit's own frames (`fit_steps`) in those that fitted."""
+    blocks = [
+        block
+        for error in tune.glob("*/error.txt")
+        for block in error.read_text(errors="replace").split("Failure # ")[1:]
+    ]
+    return len(blocks), sum("fit_steps" in block for block in blocks)
+
+
 def nan_fit(folder: Path) -> Row:
     """5. NaN fit (lr 1e30) in a 2-configuration sweep"""
     sweep = Sweep(folder, "nan-fit", fit={"iterations": 20, "lr": 1e30, "warmup": 0})
@@ -589,13 +600,12 @@ def nan_fit(folder: Path) -> Row:
     by_solver = {r.data.params["solver"]: r for r in runs}
     failed, other = by_solver["dyweight"], by_solver["ipndm"]
     reason = failed.data.tags.get(FAILURE_TAG, "")
-    fits = len(list((sweep.root / "train").glob("*/checkpoint_*/diverged.txt")))
+    attempts, fits = failed_attempts(sweep.root / "tune")
     row = Row(duplicates=str(duplicates(runs)), notes=sweep.notes())
     row.lost = (
         f"{failed.info.run_name} {failed.info.status} («{reason.split(':')[0]}: …»), "
         f"{other.info.run_name} {other.info.status}; exit {code}"
     )
-    attempts = launch.output().count("errored after")  # Tune's line for each failed attempt
     row.redone = f"{max(fits - 1, 0)} refits: {attempts} trial attempts, {fits} diverged fit(s)"
     row.expect(code == 1, f"the sweep exited {code}, not 1")
     row.expect(failed.info.status == "FAILED", f"the diverged run is {failed.info.status}")
