@@ -208,3 +208,13 @@ def test_the_command_prints_formats_and_extra_columns(store: Store, tmp_path, ca
     assert {"value", "half_width", "n", "vs_next", "chosen_on"} <= set(frame.columns)
     assert main(store.command("--columns", "no_such")) == 2
     assert "--columns: no finished run" in capsys.readouterr().err
+
+
+def test_the_protocol_names_each_fit_seed_once(store: Store, tmp_path) -> None:
+    """An analytic row (one run, seed 0) beside replicates from seeds 0, 1, 2: the footer says
+    `0, 1, 2`, not each row's seeds one after another."""
+    log_replicate(store, tmp_path, "ipndm", "i", 0, errors_of(0.3, 0), 0.3)
+    for seed in (0, 1, 2):
+        log_replicate(store, tmp_path, "dyweight", "d", seed, errors_of(0.2, seed), 0.2)
+    table = markdown(store.board(), "rmse").splitlines()
+    assert "- fit seeds: 0, 1, 2" in table

@@ -257,9 +257,10 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Pat
     solvers = [
         {"name": "euler", "nfe": 3},
         {"name": "ipndm", "nfe": 3, "settings": {"order": 3}},
-        {"name": "dyweight", "nfe": [3, 4]},
+        {"name": "dyweight", "nfe": 3, "fit": {"iterations": 200}},  # about a second
+        {"name": "dyweight", "nfe": 4},  # about half a minute: still fitting at Ctrl-C
     ]
-    fit = {"iterations": 3000, "batch_size": 64, "checkpoint_every": 100}  # ~12 s a fit
+    fit = {"iterations": 8000, "batch_size": 64, "checkpoint_every": 100}
     path = sweep_file(tmp_path, "resume", solvers=solvers, fit=fit)
     process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
 

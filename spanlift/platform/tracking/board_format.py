@@ -121,6 +121,8 @@ def protocol(entries: list[Entry]) -> list[str]:
     lines = []
     for name, label in PROTOCOL_LABELS.items():
         values = sorted({e.protocol[name] for e in entries if name in e.protocol})
+        if name == "fit.seed":  # each row lists its replicates' seeds: each seed once
+            values = sorted({s for v in values for s in v.split(", ")}, key=int)
         if name == "env.commit":
             values = [commit_label(e) for e in entries if "env.commit" in e.protocol]
             values = sorted(set(values))
