@@ -31,11 +31,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The unit tests in two processes of one torch thread each (2 cores), then the end-to-end tests one
-# at a time (each starts its own Ray, or interrupts a sweep at a moment it waits for).
-test: test-fast
-	$(BIN)/python -m pytest -q -m e2e
+# Every test in two processes (2 cores), a file's tests in one process (its module fixtures, e.g. a
+# sweep several tests read, run once); unit tests run with one torch thread each.
+test: lint
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
+# The unit tests alone, no Ray and no `spanlift` processes: the edit loop.
 test-fast: lint
 	$(BIN)/python -m pytest -q -n 2 -m "not e2e"
 

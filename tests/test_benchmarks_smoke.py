@@ -70,7 +70,7 @@ def test_fid_of_the_evaluator_is_torch_fidelitys(tmp_path):
 def test_sequential_loop_fits_and_scores_every_configuration(tmp_path):
     sweep = tmp_path / "tiny.yaml"
     data = yaml.safe_load((ROOT / "sweeps" / "gmm_smoke.yaml").read_text())
-    data["teacher"] |= {"train_samples": 32, "test_samples": 8}
+    data["teacher"] |= {"train_samples": 32, "validation_samples": 8, "test_samples": 8}
     data["fit"]["iterations"] = 2
     sweep.write_text(yaml.safe_dump(data))
     assert sweep_overhead.sequential(sweep) > 0
@@ -122,7 +122,8 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory):
 @pytest.mark.e2e
 def test_parallel_teacher_pass_writes_the_loops_endpoints_and_is_then_read(local_ray, tmp_path):
     config = load_sweep(ROOT / "sweeps" / "digits_nfe.yaml")
-    config = replace(config, teacher=replace(config.teacher, train_samples=48, test_samples=16))
+    teacher = replace(config.teacher, train_samples=48, validation_samples=16, test_samples=16)
+    config = replace(config, teacher=teacher)
     times, gap = teacher_vs_loop.one_repeat(config, tmp_path / "cache")
     assert gap < 1e-5
     assert set(times) == {"loop", "parallel", "cache hit"}

@@ -147,7 +147,7 @@ def test_the_nowcast_sweep_file_asks_for_the_papers_rows() -> None:
 SWEEP = """
 experiment: nowcast-sweep
 backbone: {name: nowcast, options: {data: data/sevir_synth}}
-teacher: {solver: euler, settings: {}, nfe: 10, train_samples: 16, test_samples: 8}
+teacher: {solver: euler, settings: {}, nfe: 10, train_samples: 16, validation_samples: 8, test_samples: 8}
 solvers:
   - {name: euler, nfe: 3, label: ddim}
   - {name: dyweight, nfe: 3, fit: {target: observed}, label: "dyweight (mse, observed)"}

@@ -6,8 +6,6 @@ the MLflow runs, the sweep summary, the fits' saved states.
 """
 
 import json
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from spanlift.platform.tracking.runs import FAILURE_TAG
-from tests.cli_run import ROOT, spanlift, start_spanlift
+from tests.cli_run import ROOT, spanlift
 
 pytestmark = pytest.mark.e2e
 
@@ -187,7 +185,7 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
         tmp_path,
         "fid",
         backbone="digits",
-        teacher={"train_samples": 32, "test_samples": 32},
+        teacher={"train_samples": 32, "validation_samples": 32, "test_samples": 32},
         solvers=[
             {"name": "euler", "nfe": 3},
             {"name": "ipndm", "nfe": 3, "settings": {"order": 3}},
@@ -240,118 +238,6 @@ def test_unreachable_tracking_uri_is_refused_before_ray_starts(tmp_path: Path) -
     assert "tracking URI http://127.0.0.1:9 cannot be reached" in result.stderr
     assert not (tmp_path / "runs").exists()
     assert time.perf_counter() - start < 60
-
-
-def wait_for(condition, timeout: float, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process.poll() is not None:
-            pytest.fail(f"sweep ended early:\n{process.stdout.read()[-3000:]}")
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail("timed out waiting for the sweep")
-        time.sleep(0.5)
-
-
-def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Path) -> None:
-    solvers = [
-        {"name": "euler", "nfe": 3},
-        {"name": "ipndm", "nfe": 3, "settings": {"order": 3}},
-        {"name": "dyweight", "nfe": 3, "fit": {"iterations": 200}},  # about a second
-        {"name": "dyweight", "nfe": 4},  # about half a minute: still fitting at Ctrl-C
-    ]
-    fit = {"iterations": 8000, "batch_size": 64, "checkpoint_every": 100}
-    path = sweep_file(tmp_path, "resume", solvers=solvers, fit=fit)
-    process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
-
-    def finished() -> list:
-        return [r for r in runs_of(tmp_path, "resume") if r.info.status == "FINISHED"]
-
-    wait_for(lambda: len(finished()) >= 1, 300, process)
-    process.send_signal(signal.SIGINT)  # Ctrl-C
-    output, _ = process.communicate(timeout=120)
-    assert process.returncode == 130, output[-3000:]
-    assert "interrupted" in output and "configurations remain" in output
-    assert f"spanlift sweep {path} --resume" in output
-    leaks = ("Tuner.restore", "Stop signal", "Failed to fetch metrics")
-    assert not [text for text in leaks if text in output]  # spanlift's message only
-    assert "Tuner.restore" in (tmp_path / "runs" / "sweeps" / "resume" / "sweep.log").read_text()
-    before = {r.info.run_id: r.info.end_time for r in finished()}
-    assert 1 <= len(before) < 4, "the interruption came too late to test anything"
-
-    result = spanlift(tmp_path, "sweep", str(path), "--resume", "--num-cpus", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert not [text for text in leaks if text in result.stdout + result.stderr]
-    runs = runs_of(tmp_path, "resume")
-    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
-    assert len({r.data.tags["spanlift.key"] for r in runs}) == 4
-    after = {r.info.run_id: r.info.end_time for r in runs}
-    assert all(after[run] == end for run, end in before.items())  # not redone
-
-
-def read_until(process: subprocess.Popen, text: str, timeout: float = 300) -> list[str]:
-    """The lines `process` printed up to the first that contains `text`."""
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    while not lines or text not in lines[-1]:
-        line = process.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"no line with {text!r}:\n{''.join(lines)[-3000:]}")
-        lines.append(line)
-    return lines
-
-
-@pytest.mark.parametrize("stage", ["starting a local Ray", "preparing the teacher"])
-def test_ctrl_c_before_the_first_configuration_stops_the_sweep(tmp_path: Path, stage: str) -> None:
-    """Each stage is said as it starts, the first at once; Ctrl-C in any of them ends the sweep
-    with exit 130 and the command that continues it, which then runs the sweep."""
-    path = sweep_file(tmp_path, "early", solvers=[{"name": "euler", "nfe": 3}])
-    process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
-    first = process.stdout.readline()
-    assert first.startswith("· loading Ray, Tune and torch"), first
-    read_until(process, f"· {stage}")
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=120)
-    assert process.returncode == 130, output[-3000:]
-    assert f"interrupted while {stage}: all 1 configurations remain" in output
-    assert f"spanlift sweep {path} --resume" in output
-    assert "Traceback" not in output and "Tuner.restore" not in output
-    assert runs_of(tmp_path, "early") == []
-    if stage == "preparing the teacher":
-        result = spanlift(tmp_path, "sweep", str(path), "--resume", "--num-cpus", "2")
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert [r.info.status for r in runs_of(tmp_path, "early")] == ["FINISHED"]
-
-
-def trial_pids() -> list[int]:
-    """The processes of Tune's trials (a one-worker fit runs in its trial's process)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and b"ImplicitFunc" in (proc / "cmdline").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the trial's process through /proc")
-def test_a_trial_killed_mid_fit_resumes_from_its_saved_state(tmp_path: Path) -> None:
-    fit = {"iterations": 3000, "batch_size": 64, "checkpoint_every": 100, "log_every": 100}
-    path = sweep_file(tmp_path, "kill", solvers=[{"name": "dyweight", "nfe": 3}], fit=fit)
-    process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
-    train = tmp_path / "runs" / "sweeps" / "kill" / "train"
-    wait_for(lambda: list(train.glob("*.state.pt")) and trial_pids(), 300, process)
-    time.sleep(1)  # a state or two later
-    for pid in trial_pids():
-        os.kill(pid, signal.SIGKILL)
-    output, _ = process.communicate(timeout=300)
-    assert process.returncode == 0, output[-3000:]
-    (run,) = runs_of(tmp_path, "kill")  # the retry reopened its run: no second one
-    assert run.info.status == "FINISHED"
-    assert run.data.metrics["fit_resumed_from"] >= 100  # continued, not restarted from zero
-    assert not list(train.glob("*.state.pt"))  # removed once the fit was kept
 
 
 def test_a_trajectory_solver_fits_on_teacher_states_prepared_by_the_sweep(tmp_path: Path) -> None:
