@@ -218,3 +218,23 @@ def test_the_protocol_names_each_fit_seed_once(store: Store, tmp_path) -> None:
         log_replicate(store, tmp_path, "dyweight", "d", seed, errors_of(0.2, seed), 0.2)
     table = markdown(store.board(), "rmse").splitlines()
     assert "- fit seeds: 0, 1, 2" in table
+
+
+def test_a_metric_measured_on_test_samples_only_is_chosen_on_the_searched_metric(
+    store: Store,
+) -> None:
+    """A sweep that searched on RMSE measures FID on its test samples only: a solver's
+    configuration for the FID board is chosen on `val_rmse` (its runs' `selection.metric`), never
+    on FID, and the row is not marked as chosen on test values."""
+    selection = {"selection__metric": "val_rmse"}
+    store.log("a", {"fid": 5.0, "val_rmse": 0.1}, configuration="a1", **selection)
+    store.log("a", {"fid": 3.0, "val_rmse": 0.3}, configuration="a2", **selection)  # better FID
+    store.log("b", {"fid": 4.0, "val_rmse": 0.2}, configuration="b1", **selection)
+    rows = store.board("fid")
+    assert [(e.solver, e.configuration, e.value) for e in rows] == [
+        ("b", "b1", 4.0),
+        ("a", "a1", 5.0),
+    ]
+    assert all(e.chosen_on == "val_rmse" for e in rows)
+    table = markdown(rows, "fid")
+    assert "†" not in table and "chosen on val_rmse" in table

@@ -112,6 +112,11 @@ def notes(entries: list[Entry]) -> list[str]:
         shown.append(TIES)
     if any(e.chosen_on == "test" for e in entries):
         shown.append(CHOSEN_ON_TEST)
+    for searched in sorted({e.chosen_on for e in entries if e.chosen_on.startswith("val_")}):
+        shown.append(
+            f"configurations chosen on {searched}, the metric their sweep searched on (on "
+            "validation seeds); this metric was measured on test samples only"
+        )
     return shown
 
 

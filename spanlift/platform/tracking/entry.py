@@ -19,7 +19,7 @@ class Entry:
     sd: float = 0.0
     half_width: float | None = None  # 95 % Student t half-width (None: one replicate)
     validation: float | None = None  # the mean validation value that chose the configuration
-    chosen_on: str = "validation"  # or "test": recorded before validation seeds existed
+    chosen_on: str = "validation"  # "val_rmse": the searched metric; "test": runs before validation
     vs_next: str = ""  # "≈" (tied with the row below), "<" / ">" (better, by mode), "" untested
     ratio: tuple[float, float] | None = None  # 95 % interval of value / next row's value
     run_ids: tuple[str, ...] = ()

@@ -36,7 +36,7 @@ from spanlift.errors import SettingsError
 from spanlift.platform.statistics import replicate_interval
 from spanlift.platform.tracking.comparison import compare_neighbours
 from spanlift.platform.tracking.entry import Entry
-from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS
+from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS, default_mode
 from spanlift.platform.tracking.runs import REPLICATE_PARAM, experiment_id
 
 PROTOCOL_PARAMS = (
@@ -91,6 +91,16 @@ def validation_name(metric: str) -> str:
     return metric if metric.startswith("val_") else f"val_{metric}"
 
 
+def chosen_by(metric: str, params: dict[str, str], metrics: dict[str, float]) -> str:
+    """The validation value that chooses among a run's configurations: the metric's own
+    (`val_fid`), else that of the metric its sweep searched on (`selection.metric`, e.g.
+    `val_rmse` for a FID measured on test samples only); "" for runs from before either."""
+    for name in (validation_name(metric), params.get("selection.metric", "")):
+        if name in metrics:
+            return name
+    return ""
+
+
 def runs_table(
     runs: list[Run], metric: str, by_fit: bool = False, columns: tuple[str, ...] = ()
 ) -> pd.DataFrame:
@@ -117,7 +127,8 @@ def _row(run: Run, metric: str, names: tuple[str, ...], columns: tuple[str, ...]
         "group": params.get(REPLICATE_PARAM) or run.info.run_id,
         "ends": sampling_end(params.get("schedule", "edm")),
         "value": metrics[metric],
-        "validation": metrics.get(validation_name(metric), np.nan),
+        "validation": metrics.get(chooser := chosen_by(metric, params, metrics), np.nan),
+        "chosen_by": "validation" if chooser == validation_name(metric) else chooser,
         "run_id": run.info.run_id,
         "fit_seed": params.get("fit.seed", ""),
         "columns": {name: metrics[name] for name in columns if name in metrics},
@@ -150,6 +161,10 @@ class Configuration:
         return float(self.runs["value"].mean())
 
     @property
+    def chosen_by(self) -> str:
+        return str(self.runs["chosen_by"].iloc[0])
+
+    @property
     def validation(self) -> float | None:
         """The mean validation value; None unless every replicate logged one."""
         values = self.runs["validation"]
@@ -169,12 +184,18 @@ def configurations(group: pd.DataFrame) -> list[Configuration]:
 
 
 def choose(candidates: list[Configuration], mode: str) -> tuple[Configuration, str]:
-    """A solver's configuration: the best mean validation value, or, when none has validation
-    values (recorded before they existed), the best mean test value; and which it was."""
-    best = min if mode == "min" else max
+    """A solver's configuration and what chose it: the best mean validation value of the metric
+    itself ("validation"), else of the metric its sweep searched on (e.g. "val_rmse", in that
+    metric's own direction), else, for runs recorded before validation seeds, the best mean test
+    value ("test")."""
     validated = [c for c in candidates if c.validation is not None]
-    if validated:
-        return best(validated, key=lambda c: c.validation), "validation"
+    own = [c for c in validated if c.chosen_by == "validation"]
+    if own or validated:
+        by = "validation" if own else validated[0].chosen_by
+        direction = mode if own else default_mode(by.removeprefix("val_"))
+        best = min if direction == "min" else max
+        return best([c for c in validated if c.chosen_by == by], key=lambda c: c.validation), by
+    best = min if mode == "min" else max
     return best(candidates, key=lambda c: c.test), "test"
 
 
@@ -187,6 +208,8 @@ def rank(runs: pd.DataFrame, mode: str = "min") -> list[Entry]:
     for name, default in (("group", None), ("validation", np.nan)):
         if name not in runs:
             runs = runs.assign(**{name: runs["run_id"] if default is None else default})
+    if "chosen_by" not in runs:
+        runs = runs.assign(chosen_by="validation")
     entries = []
     for (backbone, scale, nfe), group in runs.groupby(["backbone", "scale", "nfe"], sort=True):
         by_solver: dict[str, list[Configuration]] = {}
