@@ -238,3 +238,13 @@ def test_a_metric_measured_on_test_samples_only_is_chosen_on_the_searched_metric
     assert all(e.chosen_on == "val_rmse" for e in rows)
     table = markdown(rows, "fid")
     assert "†" not in table and "chosen on val_rmse" in table
+
+
+def test_rows_equal_to_float_rounding_are_tied(store: Store, tmp_path) -> None:
+    """Two solvers that compute the same endpoints by other float operations (a diffusers
+    scheduler and spanlift's own loop) differ by ~1e-7 on every seed: a tie, not a ranking."""
+    errors = errors_of(0.2, 0)
+    log_replicate(store, tmp_path, "euler", "e", 0, errors * (1 - 3e-7), 0.2)
+    log_replicate(store, tmp_path, "diffusers:EulerDiscreteScheduler", "d", 0, errors, 0.2)
+    first, _ = store.board()
+    assert first.vs_next == "≈", first.ratio

@@ -3,7 +3,7 @@
     RMSE      both rows' replicates stored their errors per test seed (`errors.parquet`): the
               two-level bootstrap interval of value / next value over the seeds both were
               scored on, replicates paired when both rows were fitted from the same fit seeds;
-              it contains 1 → tied (≈)
+              it contains 1 (to float rounding, `ROUNDING`) → tied (≈)
     others    the 95 % Welch interval of the difference of the replicates' values contains 0 →
               tied; with fewer than two replicates a side, untested (no noise to compare with:
               FID from one sample range, say)
@@ -24,6 +24,9 @@ from spanlift.platform.tracking.per_sample import read_errors
 
 PER_SEED = ("rmse",)
 """Metrics whose value is sqrt(mean_s e_s²) of the stored per-seed errors."""
+ROUNDING = 1e-5
+"""A ratio within this of 1 is float rounding (float32 endpoints computed by other operations,
+e.g. a diffusers scheduler and spanlift's own loop of the same method), never a ranking."""
 
 
 def compare_neighbours(
@@ -51,7 +54,8 @@ def compare(this: Entry, below: Entry, metric: str, mode: str, errors: "ErrorCac
         pair = errors.aligned(this.run_ids, below.run_ids)
         if pair is not None:
             low, high = paired_ratio_interval(*pair, same_fit_seeds=fitted_alike(this, below))
-            return replace(this, vs_next="≈" if low <= 1 <= high else better, ratio=(low, high))
+            tied = low <= 1 + ROUNDING and high >= 1 - ROUNDING
+            return replace(this, vs_next="≈" if tied else better, ratio=(low, high))
     tied = welch_tied(list(this.values), list(below.values))
     if tied is None:
         return this
