@@ -18,31 +18,6 @@ from .mlflow_store import Store
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test-fast`: one torch thread per test process
     torch.set_num_threads(1)
 
-LONGEST_FILES = (
-    "test_sweep.py",
-    "test_sweep_interrupts.py",
-    "test_sweep_trust.py",
-    "test_nowcast_cli.py",
-    "test_eval.py",
-    "test_multi_node.py",
-    "test_same_numbers.py",
-)
-"""End-to-end files that take a minute or more, longest first."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first, then the other end-to-end tests, then the unit tests: `make test`
-    hands whole files to two processes in this order, so the short unit files fill the gaps at the
-    end instead of one long sweep file running alone."""
-
-    def rank(item: pytest.Item) -> tuple[int, int]:
-        name = item.path.name
-        longest = LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
-        return item.get_closest_marker("e2e") is None, longest
-
-    items.sort(key=rank)
-
-
 NATIVE_SOLVERS = sorted(name for name, cls in SOLVERS if not issubclass(cls, PeerSolver))
 """The solvers whose loop is spanlift's. Peer solvers run another library's loop (diffusers,
 k-diffusion): no solver is built around one, their loops read σ on the host (not on `meta`),
