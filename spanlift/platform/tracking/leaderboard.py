@@ -12,8 +12,10 @@ its value. How rankings are made (docs/evaluation.md, "How rankings are made"):
   `configuration.key`) are one row: the mean of their test values, their standard deviation, n,
   and a 95 % Student t interval (`platform/statistics.py`).
 - **Choice on validation seeds.** Each solver's configuration is the one with the best mean
-  validation value (`val_<metric>`); test values never choose. Runs recorded before validation
-  seeds existed have none: such a solver's row is chosen on test values and marked †.
+  validation value (`val_<metric>`; for a metric measured on test samples only, that of the
+  metric its sweep searched on, `selection.metric`); test values never choose. Runs recorded
+  before validation seeds existed have none: such a solver's row is chosen on test values and
+  marked †.
 - **Ties.** Each row is compared with the row ranked below it on the same test seeds: for RMSE a
   two-level bootstrap interval of their ratio over test seeds and fit seeds (`comparison.py`), for
   other metrics a Welch interval over the replicates. Within noise, the row is marked ≈.
