@@ -93,8 +93,10 @@ def longest_first(config: SweepConfig) -> list[int]:
     iterations × NFE × replicates; a base so runs inside the trial that needs it, before its own
     trial takes it from the fit cache. Ties keep file order."""
 
+    grid = config.grid()
+
     def length(index: int) -> tuple[int, float]:
-        entry, spec = config.grid()[index]
+        entry, spec = grid[index]
         solver = build_solver(spec, *PROBE_SIGMAS, channels=1)
         if not is_learnable(solver):
             return 0, spec.nfe
