@@ -2,7 +2,8 @@
 on Ray Train workers, an MLflow store.
 
 Each test runs the command line in its own folder, as a user would, and inspects what it left:
-the MLflow runs, the sweep summary, the fits' saved states.
+the MLflow runs, the sweep summary, the fits' saved states. Reruns, a diverging fit and a
+trajectory solver: `test_sweep_trust.py`; interruptions: `test_sweep_interrupts.py`.
 """
 
 import json
@@ -14,7 +15,6 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from spanlift.platform.tracking.runs import FAILURE_TAG
 from tests.cli_run import ROOT, spanlift
 
 pytestmark = pytest.mark.e2e
@@ -134,37 +134,6 @@ def test_leaderboard_command_ranks_the_sweep(smoke) -> None:
     assert (folder / "b.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_rerun_takes_finished_configurations_from_mlflow(smoke) -> None:
-    folder, _ = smoke
-    again = spanlift(folder, "sweep", str(GMM_SMOKE))
-    assert again.returncode == 2 and "--resume" in again.stderr  # an earlier run is protected
-    result = spanlift(folder, "sweep", str(GMM_SMOKE), "--restart", "--num-cpus", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "(2 taken from MLflow)" in result.stdout
-    assert summary(folder, "gmm-smoke")["teacher_generations"] == 0
-    assert len(runs_of(folder, "gmm-smoke")) == 2  # no duplicate runs
-    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("gmm-smoke").experiment_id
-    (parent,) = client.search_runs([experiment], "tags.`spanlift.command` = 'sweep'")
-    assert {r.data.tags["mlflow.parentRunId"] for r in runs_of(folder, "gmm-smoke")} == {
-        parent.info.run_id
-    }  # one parent per sweep, holding every configuration, after --restart too
-    best = min(r.data.metrics["rmse"] for r in runs_of(folder, "gmm-smoke"))
-    assert parent.data.metrics["best_rmse"] == best
-
-
-def test_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(tmp_path: Path) -> None:
-    path = sweep_file(tmp_path, "nan", fit={"iterations": 20, "lr": 1e30, "warmup": 0})
-    result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
-    assert result.returncode == 1, result.stdout + result.stderr  # schedulers and CI notice
-    assert "1/2 distinct configurations finished" in result.stdout
-    assert "failed: dyweight nfe=3" in result.stdout and "diverged" in result.stdout
-    runs = {r.data.params["solver"]: r for r in runs_of(tmp_path, "nan")}
-    assert runs["ipndm"].info.status == "FINISHED"
-    assert runs["dyweight"].info.status == "FAILED"
-    assert "diverged" in runs["dyweight"].data.tags[FAILURE_TAG]
-
-
 def test_tpe_sweep_samples_the_define_by_run_space(tmp_path: Path) -> None:
     solvers = [{"name": "ipndm", "nfe": [3, 4], "search": {"order": [1, 2, 3]}}]
     search = {"algorithm": "tpe", "num_samples": 3, "metric": "rmse", "mode": "min"}
@@ -238,24 +207,3 @@ def test_unreachable_tracking_uri_is_refused_before_ray_starts(tmp_path: Path) -
     assert "tracking URI http://127.0.0.1:9 cannot be reached" in result.stderr
     assert not (tmp_path / "runs").exists()
     assert time.perf_counter() - start < 60
-
-
-def test_a_trajectory_solver_fits_on_teacher_states_prepared_by_the_sweep(tmp_path: Path) -> None:
-    """AMED is matched at its grid points: the sweep prepares two extra teacher entries with the
-    states at that grid (training and validation seeds), the fit reads them, and its run logs
-    the validation curve."""
-    solvers = [{"name": "amed", "nfe": 3, "settings": {"afs": True}}]
-    path = sweep_file(tmp_path, "trajectory", solvers=solvers, fit={"iterations": 10})
-    result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
-    entries = list((tmp_path / "runs" / "sweeps" / "trajectory" / "teacher").glob("teacher-*"))
-    manifests = [json.loads((e / "manifest.json").read_text()) for e in entries]
-    states = [m["state_sigmas"] for m in manifests if m["state_sigmas"]]
-    assert len(entries) == 5 and len(states) == 2  # training and validation states
-    assert all(len(s) == 2 for s in states)  # σ_1, σ_2 of 2 steps
-    (run,) = runs_of(tmp_path, "trajectory")
-    assert run.info.status == "FINISHED"
-    history = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(
-        run.info.run_id, "val_loss"
-    )
-    assert [m.step for m in history] == [0, 10]

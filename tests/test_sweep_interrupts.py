@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from tests.cli_run import spanlift, start_spanlift
 from tests.test_sweep import runs_of, sweep_file
@@ -63,6 +64,15 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(tmp_path: Pat
     assert len({r.data.tags["spanlift.key"] for r in runs}) == 4
     after = {r.info.run_id: r.info.end_time for r in runs}
     assert all(after[run] == end for run, end in before.items())  # not redone
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("resume").experiment_id
+    (parent,) = client.search_runs([experiment], "tags.`spanlift.command` = 'sweep'")
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
+    # one parent per sweep, reopened by --resume, holding every configuration and the best
+    assert parent.info.status == "FINISHED"
+    chosen = min(runs, key=lambda r: r.data.metrics["val_rmse"])  # on validation seeds
+    assert parent.data.metrics["best_val_rmse"] == chosen.data.metrics["val_rmse"]
+    assert parent.data.metrics["best_rmse"] == chosen.data.metrics["rmse"]
 
 
 def read_until(process: subprocess.Popen, text: str, timeout: float = 300) -> list[str]:

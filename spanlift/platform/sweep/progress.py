@@ -30,7 +30,7 @@ from typing import Any, TextIO
 from ray.tune import Callback
 
 from spanlift.platform.sweep.config import SweepConfig
-from spanlift.platform.sweep.trial import trial_spec
+from spanlift.platform.sweep.trial import trial_name
 
 QUIET_ENV = {
     "RAY_AIR_NEW_OUTPUT": "0",  # Tune's new output prints its tables even at verbose=0
@@ -266,13 +266,13 @@ class Console:
 
 @dataclass(frozen=True)
 class SpecLabel:
-    """`dyweight nfe=3`: the solver and NFE a trial's configuration stands for."""
+    """`dyweight nfe=3`: the solver (or its entry's label) and NFE a trial's configuration stands
+    for."""
 
     config: SweepConfig
 
     def __call__(self, trial: Any) -> str:
-        spec = trial_spec(trial.config, self.config)
-        return f"{spec.label()} nfe={spec.nfe}"
+        return trial_name(trial.config, self.config)
 
 
 def error_reason(trial: Any) -> str:

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from spanlift.platform.sweep.config import SweepConfig
-from spanlift.platform.sweep.trial import trial_spec
-from spanlift.platform.tracking.runs import run_name
+from spanlift.platform.sweep.trial import trial_name
 
 
 @dataclass
@@ -54,11 +53,6 @@ def expected_configurations(config: SweepConfig) -> int:
     return size if config.algorithm == "grid" else min(size, config.num_samples)
 
 
-def configuration_name(result: Any, config: SweepConfig) -> str:
-    spec = trial_spec(result.config, config)
-    return run_name(spec)
-
-
 def best_of(finished: list[Any], config: SweepConfig) -> dict[str, Any]:
     """The finished configuration with the best validation value, with its test value."""
     if not finished:
@@ -67,7 +61,7 @@ def best_of(finished: list[Any], config: SweepConfig) -> dict[str, Any]:
     top = pick(finished, key=lambda r: r.metrics[config.search_metric])
     test = {config.metric: top.metrics[config.metric]} if config.metric in top.metrics else {}
     return {
-        "configuration": configuration_name(top, config),
+        "configuration": trial_name(top.config, config),
         config.search_metric: top.metrics[config.search_metric],
         **test,
     }
@@ -87,7 +81,7 @@ def summarize(
     is neither finished nor failed, and counts as remaining."""
     finished = [r for r in results if r.error is None and config.search_metric in (r.metrics or {})]
     failed = [
-        f"{configuration_name(r, config)}: {str(r.error).strip().splitlines()[-1]}"
+        f"{trial_name(r.config, config)}: {str(r.error).strip().splitlines()[-1]}"
         for r in results
         if r.error
     ]

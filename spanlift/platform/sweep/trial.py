@@ -129,6 +129,13 @@ def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
     return trial_entry(params, config)[1]
 
 
+def trial_name(params: dict[str, Any], config: SweepConfig) -> str:
+    """The name of a Tune config's runs, `dyweight nfe=3` or with its entry's label
+    `DyWeight (long) nfe=3`: what the progress view and the summary call it."""
+    entry, spec = trial_entry(params, config)
+    return run_name(spec, entry.label)
+
+
 def for_replicate(context: SweepContext, entry: SolverEntry, seed: int) -> SweepContext:
     """The context as one replicate sees it: the sweep's fit with the entry's own on top, and the
     replicate's fit seed."""
@@ -308,7 +315,7 @@ def run_replicate(
     with phases("backbone"):
         backbone = context.backbone()
     params = {**run_params(result, context), **({"solver": entry.label} if entry.label else {})}
-    name = f"{entry.label} nfe={spec.nfe}" if entry.label else run_name(spec)
+    name = run_name(spec, entry.label)
     with phases("record"):
         run_id = runs.open(result.key(), name, params, run_tags(context))
     try:

@@ -67,9 +67,10 @@ def solver_params(backbone: str, spec: SolverSpec) -> dict[str, Any]:
     }
 
 
-def run_name(spec: SolverSpec) -> str:
-    """What a run shows in MLflow's runs table, e.g. `spanlift[base=dyweight,kernel_size=3] nfe=4`."""
-    return f"{spec.label()} nfe={spec.nfe}"
+def run_name(spec: SolverSpec, label: str = "") -> str:
+    """What a run shows in MLflow's runs table, e.g. `spanlift[base=dyweight,kernel_size=3] nfe=4`,
+    or with a sweep entry's `label` `SpanLift (pooled) nfe=4`."""
+    return f"{label or spec.label()} nfe={spec.nfe}"
 
 
 def local_store(uri: str) -> Path | None:
