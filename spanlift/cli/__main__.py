@@ -1,7 +1,5 @@
 """`python -m spanlift.cli …`, the same as `spanlift …`."""
 
-import sys
+from spanlift.cli import run
 
-from spanlift.cli import main
-
-sys.exit(main())
+run()

@@ -95,6 +95,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     print_next_step(summary)
+    stop_ray()  # now, not in Ray's exit handler, which first waits 0.5 s for log lines
     return EXIT_FAILED if summary.failed else 0
 
 
@@ -125,7 +126,7 @@ def print_next_step(summary: Any) -> None:
 
 
 def stop_ray() -> None:
-    """Shut down the local Ray an interrupt left, if any, before the interpreter exits."""
+    """Shut down the local Ray the sweep started (or an interrupt left), if any."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
