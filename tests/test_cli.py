@@ -1,10 +1,14 @@
 """The `spanlift` command: listings work, user errors are one line and exit status 2."""
 
+import subprocess
+import sys
+
 import pytest
 
 from spanlift.backbones import BACKBONES
 from spanlift.cli import main
 from spanlift.solvers import SOLVERS
+from tests.cli_run import command_environment
 
 
 def run(capsys, *argv):
@@ -177,3 +181,22 @@ def test_a_backbone_without_a_dataset_points_to_a_statistics_file(tmp_path):
     pool = SimpleNamespace(setup=EvaluatorSetup("gmm", "digits", tmp_path))
     with pytest.raises(SettingsError, match=r"ships no dataset; .*--reference <file\.npz>"):
         reference_moments(pool, ReferenceSet("dataset"), "digits")
+
+
+def test_output_cut_short_by_a_pipe_ends_quietly(tmp_path):
+    """`spanlift solvers | head -1`: the reader leaves early; the command stops without a
+    traceback, with status 1 (a shell tool dies of SIGPIPE: also not 0)."""
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    writer = subprocess.run(
+        [sys.executable, "-m", "spanlift.cli", "solvers"],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        env=command_environment(tmp_path),
+        text=True,
+        timeout=120,
+    )
+    reader.stdin.close()
+    first = reader.stdout.read()
+    reader.wait()
+    assert first and writer.stderr == ""
+    assert writer.returncode == 1

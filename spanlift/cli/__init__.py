@@ -77,8 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The `spanlift` command (`python -m spanlift.cli` too): `main`, then `exit_now`."""
-    exit_now(main())
+    """The `spanlift` command (`python -m spanlift.cli` too): `main`, then `exit_now`. When the
+    reader of its output leaves early (`spanlift solvers | head`), it stops quietly with status
+    1, as Python's documentation of SIGPIPE advises."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        code = 1
+    exit_now(code)
 
 
 def exit_now(code: int) -> None:
