@@ -180,6 +180,15 @@ def test_a_metric_without_errors_per_seed_is_compared_over_replicates() -> None:
     assert replicate_interval([2.0]).half_width is None
 
 
+@pytest.mark.filterwarnings("error")
+def test_replicates_that_do_not_vary_are_compared_without_a_warning() -> None:
+    """A fit seed that changes nothing (GITS: its grid search is deterministic) gives equal
+    replicate values: a spread of zero is an answer, not a numerical accident to warn about."""
+    assert welch_tied([5.87094939115519] * 2, [5.8, 6.3]) is True
+    assert welch_tied([1.0, 1.0], [2.0, 2.1]) is False
+    assert welch_tied([0.1, 0.1], [0.1, 0.1]) is True
+
+
 def test_markdown_and_latex_tables_carry_intervals_ties_bold_and_protocol(
     store: Store, tmp_path
 ) -> None:
