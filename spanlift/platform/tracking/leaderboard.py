@@ -191,8 +191,8 @@ def choose(candidates: list[Configuration], mode: str) -> tuple[Configuration, s
     metric's own direction), else, for runs recorded before validation seeds, the best mean test
     value ("test")."""
     validated = [c for c in candidates if c.validation is not None]
-    own = [c for c in validated if c.chosen_by == "validation"]
-    if own or validated:
+    if validated:
+        own = any(c.chosen_by == "validation" for c in validated)
         by = "validation" if own else validated[0].chosen_by
         direction = mode if own else default_mode(by.removeprefix("val_"))
         best = min if direction == "min" else max
