@@ -296,6 +296,9 @@ def test_start_ray_keeps_worker_output_off_a_quiet_console(
     ray_runtime.start_ray(None, tmp_path, verbose=verbose)
     ray_runtime.start_ray("auto", tmp_path, verbose=verbose)
     assert [(c["log_to_driver"], c["logging_level"]) for c in calls] == [(verbose, level)] * 2
+    assert calls[0]["include_dashboard"] is False  # a local Ray's dashboard: only when asked
+    ray_runtime.start_ray(None, tmp_path, verbose=verbose, dashboard=True)
+    assert calls[-1]["include_dashboard"] is True
 
 
 def test_tunes_own_messages_go_to_the_sweep_log_not_the_console(

@@ -87,6 +87,15 @@ def test_smoke_sweep_records_one_finished_run_per_configuration(smoke) -> None:
     assert result.stdout.rstrip().endswith(f"then open {page}")
 
 
+def test_ray_train_finds_the_state_api_it_queries(smoke) -> None:
+    """The dashboard, which serves Ray's state API, starts with a sweep of Ray Train fits: its
+    controller's monitor would otherwise log a failed query every few seconds."""
+    folder, _ = smoke
+    logs = folder / "runs" / "sweeps" / "gmm-smoke" / "ray-logs" / "session_latest" / "logs"
+    assert (logs / "dashboard_StateHead.log").is_file()
+    assert not [f for f in logs.glob("worker-*.err") if "State API" in f.read_text()]
+
+
 def test_runs_follow_mlflow_conventions(smoke) -> None:
     folder, _ = smoke
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")

@@ -1,8 +1,9 @@
 """Starting or joining Ray the same way on a laptop and on a cluster.
 
 Locally (no address) spanlift starts Ray itself: token auth off (`RAY_AUTH_MODE=disabled`, the
-cluster is private to this process), the dashboard on http://127.0.0.1:8265 (Ray Train's
-bookkeeping queries its state API), temp files linked from the run folder. With an
+cluster is private to this process), temp files linked from the run folder, and the dashboard on
+http://127.0.0.1:8265 only where Ray Train runs (its controller's monitor queries Ray's state API,
+which the dashboard serves): its ten processes cost a 2-core laptop 1.5 s of every start. With an
 address (`auto` or `ray://...`) it joins that cluster as it is configured.
 """
 
@@ -79,11 +80,15 @@ def ray_address(address: str | None) -> str | None:
 
 
 def start_ray(
-    address: str | None, workdir: Path, num_cpus: int | None = None, verbose: bool = True
+    address: str | None,
+    workdir: Path,
+    num_cpus: int | None = None,
+    verbose: bool = True,
+    dashboard: bool = False,
 ) -> None:
     """Join the cluster at `address`, or start a private local one whose files live in `workdir`.
 
-    `num_cpus` sizes a local Ray only; a cluster has the CPUs it has. Not `verbose`: the
+    `num_cpus` and `dashboard` shape a local Ray only; a cluster has what it has. Not `verbose`: the
     workers' output stays in Ray's session logs instead of being forwarded to this console, and
     Ray's own logging here shows warnings and errors only."""
     if ray.is_initialized():
@@ -105,7 +110,7 @@ def start_ray(
     os.environ.update(LOCAL_AUTH)
     ray.init(
         num_cpus=num_cpus,
-        include_dashboard=True,
+        include_dashboard=dashboard,
         _temp_dir=str(ray_temp_dir(workdir)),
         runtime_env={"env_vars": LOCAL_WORKER_ENV},
         _system_config=LOCAL_SYSTEM_CONFIG,

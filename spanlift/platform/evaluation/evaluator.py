@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -21,7 +21,6 @@ from spanlift.backbones.loaded import loaded_backbone
 from spanlift.backbones.nowcast_windows import sample_to_vil
 from spanlift.errors import SettingsError
 from spanlift.nowcasting.scores import contingency_counts
-from spanlift.platform.detectors.registry import Detector, load_detector
 from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
 from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
@@ -32,6 +31,9 @@ from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, read_teacher
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver
+
+if TYPE_CHECKING:  # torch-fidelity (and torchvision) load only where FID is asked for
+    from spanlift.platform.detectors.registry import Detector
 
 SAMPLE_METRICS = ("fid", "lpips", "image_reward", "skill")  # from solver samples, by shard
 
@@ -62,7 +64,9 @@ class Evaluator:
         self.backbone = loaded_backbone(setup.backbone, setup.backbone_options).to(self.device)
 
     @cached_property
-    def detector(self) -> Detector:
+    def detector(self) -> "Detector":
+        from spanlift.platform.detectors.registry import load_detector
+
         setup = self.setup
         name = setup.detector or self.backbone.fid_detector
         return load_detector(name, setup.cache_dir, setup.detector_weights).to(self.device)

@@ -14,7 +14,6 @@ from typing import Any
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import loaded_backbone
 from spanlift.errors import SettingsError
-from spanlift.platform.detectors.registry import feature_size
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.frechet import FeatureMoments
 from spanlift.platform.evaluation.pool import EvaluatorPool
@@ -74,6 +73,8 @@ def file_moments(
 ) -> FeatureMoments:
     """The moments in statistics file `path`, refused unless they fit the evaluation: the feature
     size of its detector, the backbone's image size and, given, the detector's `identity`."""
+    from spanlift.platform.detectors.registry import feature_size  # torch-fidelity: on demand
+
     detector = setup.detector or backbone.fid_detector
     statistics = read_statistics(path)
     statistics.check(detector, feature_size(detector), image_size(backbone), identity)

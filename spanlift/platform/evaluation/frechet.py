@@ -20,7 +20,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from torch_fidelity.metric_fid import KEY_METRIC_FID, fid_statistics_to_metric
 
 from spanlift.errors import SettingsError
 
@@ -110,5 +109,7 @@ def frechet_distance(a: FeatureMoments, b: FeatureMoments) -> float:
                 f"dimension {moments.dim}; its covariance is singular and the FID is biased",
                 stacklevel=2,
             )
+    from torch_fidelity.metric_fid import KEY_METRIC_FID, fid_statistics_to_metric  # on demand
+
     stats = [{"mu": m.mean(), "sigma": m.covariance()} for m in (a, b)]
     return fid_statistics_to_metric(stats[0], stats[1], verbose=False)[KEY_METRIC_FID]

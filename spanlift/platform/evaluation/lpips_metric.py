@@ -11,8 +11,8 @@ AlexNet's stride-4 stem leaves almost nothing of small images (16×16 digits), s
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import lpips
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -21,6 +21,9 @@ from spanlift.errors import CheckpointError, MetricUnavailable
 from spanlift.files import file_sha256
 from spanlift.platform.detectors.images import check_samples
 from spanlift.platform.evaluation.states import MeanState
+
+if TYPE_CHECKING:  # lpips imports torchvision (1.3 s): loaded only where LPIPS is computed
+    import lpips
 
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"
 ALEXNET_CONVS = 5
@@ -43,8 +46,10 @@ def lpips_identity(weights: Path) -> str:
     return f"alexnet:{file_sha256(weights)[:12]}"
 
 
-def load_lpips(weights: Path) -> lpips.LPIPS:
+def load_lpips(weights: Path) -> "lpips.LPIPS":
     """LPIPS with its shipped calibration and the AlexNet feature weights read from `weights`."""
+    import lpips
+
     with warnings.catch_warnings():  # torchvision's note on lpips' deprecated `pretrained=`
         warnings.simplefilter("ignore", UserWarning)
         model = lpips.LPIPS(net="alex", pnet_rand=True, verbose=False)  # backbone filled below
@@ -92,7 +97,7 @@ def lpips_input(images: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def lpips_state(model: lpips.LPIPS, samples: Tensor, teacher: Tensor) -> MeanState:
+def lpips_state(model: "lpips.LPIPS", samples: Tensor, teacher: Tensor) -> MeanState:
     """Summed LPIPS of each sample against the teacher's sample from the same seed."""
     distances = model(lpips_input(samples), lpips_input(teacher)).flatten()
     return MeanState(float(distances.double().sum()), len(distances))

@@ -268,7 +268,7 @@ def run_sweep(
         log_ray_to_file(root)
     where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
     stages.begin(where, "" if address else f"its logs: {root / 'ray-logs'}")
-    start_ray(address, root, num_cpus, verbose=verbose)
+    start_ray(address, root, num_cpus, verbose, dashboard=not config.resources.fits_in_trial)
     config = with_gpu_choice(config)
     evaluators = Reserved(*config.evaluator_actors()[:3])
     concurrency = check_fits(trial_bundle(config), evaluators, address is None)

@@ -38,7 +38,6 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import backbone_loads, loaded_backbone
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.platform.configuration import Configuration, code_version, teacher_identity
-from spanlift.platform.evaluation.diagnostics import write_diagnostics
 from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
 from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.reference import ReferenceSet
@@ -401,6 +400,8 @@ def trial_diagnostics(
     them, and their mean out-of-span ratio as a metric; ([], {}) otherwise."""
     if "diagnostics" not in context.config.evaluation.metrics or not isinstance(solver, SpanLift):
         return [], {}
+    from spanlift.platform.evaluation.diagnostics import write_diagnostics  # matplotlib: here
+
     table, files = write_diagnostics(solver, backbone, folder, "spanlift")
     ratio = float(table["out_of_span"].mean())
     return files, ({"out_of_span_ratio": ratio} if math.isfinite(ratio) else {})
