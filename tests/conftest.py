@@ -47,6 +47,19 @@ def gmm64():
     return load_backbone("gmm").double()
 
 
+def stored_mixture(parameters: dict) -> torch.nn.Module:
+    """The Gaussian mixture (float64) with the float32 parameters a reference fixture ran with.
+    The mixture builds its means in float32 (randn, bicubic interpolation), whose last bits
+    differ between CPUs (measured: AVX-512 against the machine a fixture came from, endpoints
+    apart by 7e-7), so a fixture compared at 1e-11 stores the parameters it used."""
+    mixture = load_backbone("gmm")
+    with torch.no_grad():
+        for name in ("means", "variances", "log_weights"):
+            buffer = getattr(mixture, name)
+            buffer.copy_(torch.tensor(parameters[name], dtype=buffer.dtype))
+    return mixture.double()
+
+
 @pytest.fixture(scope="session")
 def gmm_teacher(gmm):
     """(train, test) teacher sets on disjoint seeds."""

@@ -16,10 +16,15 @@ from spanlift.solvers.gits import GITS, METRICS, cost_matrix, dynamic_programmin
 from spanlift.solvers.loading import is_learnable, load_solver
 from spanlift.solvers.schedules import SCHEDULES, edm_polynomial
 
-from .conftest import noise_like
+from .conftest import noise_like, stored_mixture
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "gits_reference.json").read_text())
 README_GRID = REFERENCE["readme_grid"]["grid"]
+
+
+@pytest.fixture(scope="module")
+def reference_gmm():
+    return stored_mixture(REFERENCE["gmm"])
 
 
 def build(backbone, nfe=4, schedule="edm", **settings):
@@ -47,7 +52,7 @@ def upper_to_matrix(values: list[float], size: int) -> torch.Tensor:
     return matrix
 
 
-def test_search_on_the_gmm_equals_the_reference(gmm64):
+def test_search_on_the_gmm_equals_the_reference(reference_gmm):
     """The warm-up (iPNDM order 4 on 61 EDM points), the cost matrix of each metric and the DP's
     points, from the reference's warm-up noise. The reference steps with float32 σ and stores the
     cost in float32: measured gaps ≤ 5e-6 of the largest cost."""
@@ -58,7 +63,7 @@ def test_search_on_the_gmm_equals_the_reference(gmm64):
     gits = GITS(edm_polynomial(6, 0.002, 80.0), base_settings={"order": 4})
     fine = gits.fine_grid()
     teacher = SOLVERS.get("ipndm")(fine, order=4)
-    states, derivatives = warm_up(teacher, gmm64.denoise, gmm64.prior(noise))
+    states, derivatives = warm_up(teacher, reference_gmm.denoise, reference_gmm.prior(noise))
     for metric in ("dev", "l2", "l1"):
         expected = upper_to_matrix(search[metric]["cost_upper"], len(fine))
         cost = cost_matrix(fine, states, derivatives, METRICS.get(metric))
@@ -67,22 +72,22 @@ def test_search_on_the_gmm_equals_the_reference(gmm64):
     searched = GITS(
         edm_polynomial(6, 0.002, 80.0), base_settings={"order": 4}, teacher_settings={"order": 4}
     )
-    searched.prepare([(gmm64.denoise, gmm64.prior(noise))])
+    searched.prepare([(reference_gmm.denoise, reference_gmm.prior(noise))])
     assert torch.equal(searched.sigmas, fine[search["dev"]["indices"]])
     assert bool(searched.searched)
 
 
-def test_ipndm_on_the_readme_grid_equals_the_reference_sampler(gmm64):
+def test_ipndm_on_the_readme_grid_equals_the_reference_sampler(reference_gmm):
     """gits-main's README grid for CIFAR-10 has 7 time points (its `num_steps`): 6 steps, NFE 6
     for iPNDM, which is how spanlift counts it."""
     assert len(README_GRID) == 7
-    gits = build(gmm64, nfe=6, base_settings={"order": 4})
+    gits = build(reference_gmm, nfe=6, base_settings={"order": 4})
     assert gits.num_steps == 6
     grid = gits.sigmas.clone()  # its ends, 80 and 0.002 to rounding; the README's points between
     grid[1:-1] = torch.tensor(README_GRID[1:-1], dtype=torch.float64)
     gits.grid.assign(grid)
     noise = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    x = endpoint(gits, gmm64, gmm64.prior(noise)).flatten()
+    x = endpoint(gits, reference_gmm, reference_gmm.prior(noise)).flatten()
     expected = torch.tensor(REFERENCE["readme_grid"]["endpoint"], dtype=torch.float64)
     torch.testing.assert_close(x, expected, rtol=0, atol=1e-12)
 

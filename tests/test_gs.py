@@ -23,9 +23,14 @@ from spanlift.solvers import (
 from spanlift.solvers.checkpoint import load_solver_state
 from spanlift.solvers.gs import GS
 
-from .conftest import noise_like
+from .conftest import noise_like, stored_mixture
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "gs_reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference_gmm():
+    return stored_mixture(REFERENCE["gmm"])
 
 
 def build(backbone, name, nfe, schedule="edm", **settings):
@@ -49,11 +54,13 @@ def dpm_3m(sigmas):
 @pytest.mark.parametrize("schedule", ["edm", "logsnr", "edm_to_zero"])
 @pytest.mark.parametrize("nfe", range(3, 11))
 def test_untrained_gs_is_dpm_solver_pp_3m_without_lower_order_final(gmm64, nfe, schedule):
+    """Equal to float64 rounding: GS weighs the same history through its correction tables
+    (measured up to 2.5e-12 apart, endpoints of magnitude ~2)."""
     x = gmm64.prior(noise_like(gmm64, 4, dtype=torch.float64))
     gs = build(gmm64, "gs", nfe, schedule)
     plain = build(gmm64, "dpm_solver_pp", nfe, schedule, order=3, lower_order_final=False)
     torch.testing.assert_close(
-        endpoint(gs, gmm64, x), endpoint(plain, gmm64, x), atol=1e-12, rtol=0
+        endpoint(gs, gmm64, x), endpoint(plain, gmm64, x), atol=1e-11, rtol=0
     )
     on_its_grid = dpm_3m(gs.grid().detach())  # the learned grid holds the schedule to rounding
     assert torch.equal(endpoint(gs, gmm64, x), endpoint(on_its_grid, gmm64, x))
@@ -92,19 +99,21 @@ def gs_from_reference(case: dict) -> GS:
 @pytest.mark.parametrize(
     "case", REFERENCE["cases"], ids=lambda c: f"steps{c['steps']}-scales{c['scales']}"
 )
-def test_gs_equals_the_authors_generalized_solver(gmm64, case):
+def test_gs_equals_the_authors_generalized_solver(reference_gmm, case):
     noise = torch.tensor(REFERENCE["noise"], dtype=torch.float64).reshape(-1, *REFERENCE["shape"])
     expected = torch.tensor(case["endpoint_vp"], dtype=torch.float64).reshape_as(noise)
     expected = expected / case["alpha_end"]  # their VP endpoint in σ-form
     gs = gs_from_reference(case)
     x = noise * gs.sigmas[0]
-    got = endpoint(gs, gmm64, x)
+    got = endpoint(gs, reference_gmm, x)
     torch.testing.assert_close(got, expected, atol=1e-11, rtol=0)
     if not any(case["scales"][1:]):  # their untrained solver (any grid) is DPM-Solver++(3M)
-        plain = endpoint(dpm_3m(torch.tensor(case["sigmas"], dtype=torch.float64)), gmm64, x)
+        plain = endpoint(
+            dpm_3m(torch.tensor(case["sigmas"], dtype=torch.float64)), reference_gmm, x
+        )
         torch.testing.assert_close(plain, expected, atol=1e-11, rtol=0)
     else:
-        assert (got - endpoint(dpm_3m(gs.sigmas), gmm64, x)).abs().max() > 1e-2
+        assert (got - endpoint(dpm_3m(gs.sigmas), reference_gmm, x)).abs().max() > 1e-2
 
 
 # --- parameters, gradients, NFE ---------------------------------------------------------------
