@@ -18,18 +18,6 @@ from .mlflow_store import Store
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test-fast`: one torch thread per test process
     torch.set_num_threads(1)
 
-SWEEP_FILES = ("test_sweep_interrupts.py", "test_sweep_trust.py", "test_sweep.py")
-"""The end-to-end sweep files, 2–3 minutes each, last in alphabetical order."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The sweep files first, the other files alphabetically: `make test` hands whole files to
-    two processes in this order, so short unit files, not a long sweep file running alone, end
-    the run. (Every end-to-end file first put two sweeps on 2 cores at once for most of the run:
-    14 min 51 s; alphabetically the sweep files ended it: 13 min 38 s.)"""
-    items.sort(key=lambda item: item.path.name not in SWEEP_FILES)
-
-
 NATIVE_SOLVERS = sorted(name for name, cls in SOLVERS if not issubclass(cls, PeerSolver))
 """The solvers whose loop is spanlift's. Peer solvers run another library's loop (diffusers,
 k-diffusion): no solver is built around one, their loops read σ on the host (not on `meta`),
