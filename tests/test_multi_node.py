@@ -37,9 +37,12 @@ def test_the_teacher_was_generated_once_for_both_nodes(sweep: TwoNodeSweep) -> N
 
 def test_a_lost_node_s_trials_finish_on_the_other_node_without_refits(sweep: TwoNodeSweep) -> None:
     assert sweep.lost()
+    every = SWEEP["fit"]["checkpoint_every"]
     for run_id in sweep.lost():  # retried in the same run, on the head node
         assert sweep.runs[run_id].status == "FINISHED"
         assert sweep.runs[run_id].node == sweep.head
+        if "dyweight" in sweep.runs[run_id].name:  # from the state it published, not from 0
+            assert sweep.runs[run_id].resumed_from >= every
     assert any(r.status == "FINISHED" for r in sweep.at_kill.values())
     assert sweep.rerun() == []  # nothing finished before the kill was run again
     assert sweep.duplicates == 0

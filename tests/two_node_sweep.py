@@ -5,7 +5,7 @@ node lost mid-sweep: the fixture of the multi-node tests and the lost-node row o
     moto S3 server (127.0.0.1) ─ bucket
     ray.cluster_utils.Cluster: head node + worker node, each a raylet with its own CPUs
     spanlift sweep FILE --address <head> --storage s3://bucket/runs   (a process, as users run it)
-    once a learned configuration runs on the worker node: the worker node is killed
+    once a learned fit runs on the worker node and has published a saved state: that node is killed
 
 Both nodes are processes of this machine, so they share its disk; what they share through the
 bucket is checked by listing it (the Tune and Train state, the teacher entries, the fitted
@@ -16,7 +16,7 @@ import os
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,7 +207,9 @@ def run_two_node_sweep(
         )
         try:
             if kill_worker:
-                result.at_kill = wait_for_learned_run_on(result.worker, process, tracking, timeout)
+                result.at_kill = wait_for_learned_run_on(
+                    result.worker, process, tracking, lambda: published_states(bucket), timeout
+                )
                 cluster.remove_node(worker, allow_graceful=False)
             result.output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -257,9 +259,20 @@ def gpu_requests_refused(address: str) -> list[str]:
     return refusals
 
 
-def wait_for_learned_run_on(node: str, process, tracking: str, timeout: float) -> dict:
-    """The runs once a DyWeight configuration's run is RUNNING on `node` and another
-    configuration has FINISHED (to show that a finished one is not run again)."""
+def published_states(bucket) -> int:
+    """The fit states in the bucket (each running fit publishes one every `checkpoint_every`
+    iterations and removes it once its fitted solver is kept)."""
+    found = keys(bucket, f"{BUCKET}/{PREFIX}/{SWEEP['experiment']}/train")
+    return sum(key.endswith(".state.pt") for key in found)
+
+
+def wait_for_learned_run_on(
+    node: str, process, tracking: str, published: Callable[[], int], timeout: float
+) -> dict:
+    """The runs once a DyWeight configuration's run is RUNNING on `node`, every running fit has
+    published a saved state (`published()` counts them in the bucket: the lost fit must continue
+    from its state there, not from 0), and another configuration has FINISHED (to show that a
+    finished one is not run again)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -271,10 +284,13 @@ def wait_for_learned_run_on(node: str, process, tracking: str, timeout: float) -
         learning_there = any(
             r.node == node and r.status == "RUNNING" and "dyweight" in r.name for r in runs.values()
         )
-        if learning_there and any(r.status == "FINISHED" for r in runs.values()):
+        fitting = sum(r.status == "RUNNING" and "dyweight" in r.name for r in runs.values())
+        finished = any(r.status == "FINISHED" for r in runs.values())
+        if learning_there and finished and published() >= fitting:
             return runs
         time.sleep(0.25)
     raise TimeoutError(
-        f"no learned configuration ran on the worker node after another finished, within "
+        f"no learned configuration ran on the worker node with a saved state after another "
+        f"finished, within "
         f"{timeout:.0f} s"
     )
