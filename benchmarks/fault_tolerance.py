@@ -34,9 +34,10 @@ runs them. One row per fault:
 6. node lost: a two-node Ray cluster on this machine (`ray.cluster_utils.Cluster`, 2 CPUs per
    node), the sweep stored in an S3 bucket (moto's server on 127.0.0.1), `spanlift sweep
    --address <head>`; the worker node is killed once a DyWeight fit runs on it and every running
-   fit has published a saved state to the bucket (`tests/two_node_sweep.py`). Lost: the configurations running on that node. Redone:
-   configurations FINISHED before the kill and finished again after it (must be 0); the lost
-   ones must FINISH on the head in their own run, the sweep exit 0.
+   fit has published a saved state to the bucket (`tests/two_node_sweep.py`). Lost: the
+   configurations running on that node. Redone: configurations FINISHED before the kill and
+   finished again after it (must be 0); the lost ones must FINISH on the head in their own run,
+   resuming from their published state, the sweep exit 0.
 
 Duplicate MLflow runs: runs beyond the first per `spanlift.key` tag in the experiment; the
 sweep's parent run (tagged `spanlift.command=sweep`) is not a configuration and is left out.
