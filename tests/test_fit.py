@@ -9,7 +9,8 @@ import torch
 from spanlift.backbones.gmm import GaussianMixture
 from spanlift.errors import SettingsError, TrainingDivergedError, UnknownNameError
 from spanlift.platform.fitting.compare import compare, fit_spec
-from spanlift.platform.fitting.fit import FitSettings, fit, warmup_cosine
+from spanlift.platform.fitting.fit import FitSettings, fit
+from spanlift.platform.fitting.optimization import warmup_cosine
 from spanlift.platform.sampling.score import endpoint_rmse
 from spanlift.solvers import SolverSpec, build_solver
 from spanlift.solvers.loading import load_solver

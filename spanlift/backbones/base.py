@@ -86,6 +86,12 @@ class Backbone(nn.Module, ABC):
         """Samples per denoiser call where its weights are: `cpu_batch` on a CPU, else 256."""
         return self.cpu_batch if self.device.type == "cpu" else ACCELERATOR_BATCH
 
+    def blocks(self) -> list[nn.Module]:
+        """The network's blocks in the order a call runs them, each called with tensors and
+        returning them: what a fit with `checkpoint: blocks` recomputes one at a time in
+        backward. None here: such a backbone is recomputed a whole call at a time."""
+        return []
+
     def freeze(self) -> "Backbone":
         self.eval()
         self.requires_grad_(False)

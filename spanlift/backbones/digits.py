@@ -61,6 +61,9 @@ class DigitsUNet(Backbone):
     def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:
         return self.model(x, sigma)
 
+    def blocks(self) -> list[torch.nn.Module]:
+        return self.model.net.blocks()
+
     def reference_images(self) -> Tensor:
         return digits_dataset(self.shape[-1])
 

@@ -166,5 +166,14 @@ class EDMNetwork(Backbone):
         labels = None if cond is None else cond.to(device=x.device, dtype=torch.float32)
         return self.net(x, network_sigma(sigma, x), labels).to(x.dtype)
 
+    def blocks(self) -> list[nn.Module]:
+        """The encoder's and decoder's blocks of EDM's U-Nets (SongUNet and DhariwalUNet keep
+        them in `model.enc` and `model.dec`); none for another network."""
+        model = getattr(self.net, "model", None)
+        parts = [getattr(model, name, None) for name in ("enc", "dec")]
+        if not all(isinstance(part, nn.ModuleDict) for part in parts):
+            return []
+        return [block for part in parts for block in part.values()]
+
     def identity(self) -> str:
         return self._identity

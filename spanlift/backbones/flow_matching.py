@@ -317,5 +317,10 @@ class FlowMatchingBackbone(Backbone):
         images = self.vae.decode(latents.to(self.vae.dtype), return_dict=False)[0]
         return images.clamp(-1, 1).to(x.dtype)
 
+    def blocks(self) -> list[nn.Module]:
+        """The transformer's blocks (SANA's; FLUX's double- and single-stream ones)."""
+        names = ("transformer_blocks", "single_transformer_blocks")
+        return [block for name in names for block in getattr(self.transformer, name, [])]
+
     def identity(self) -> str:
         return self._identity

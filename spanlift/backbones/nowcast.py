@@ -93,6 +93,9 @@ class NowcastUNet(Backbone):
         self._digest = weights_digest(state["ema"])
         self.freeze()
 
+    def blocks(self) -> list[torch.nn.Module]:
+        return self.model.net.blocks()
+
     def denoise(self, x: Tensor, sigma: Tensor, cond: Any = None) -> Tensor:
         if cond is None:
             raise SettingsError("the nowcast backbone forecasts from past frames: cond is required")

@@ -128,6 +128,10 @@ class UNet(nn.Module):
             nn.Conv2d(c, config.out_channels or config.in_channels, 3, padding=1),
         )
 
+    def blocks(self) -> list[nn.Module]:
+        """Its residual and attention blocks (what `checkpoint: blocks` recomputes)."""
+        return [m for m in self.modules() if isinstance(m, ResBlock | Attention)]
+
     def forward(self, x: Tensor, c_noise: Tensor) -> Tensor:
         cfg = self.config
         emb = self.emb(noise_embedding(c_noise.expand(len(x)), cfg.channels))

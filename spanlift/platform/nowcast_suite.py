@@ -345,7 +345,7 @@ def record_runs(
             {}
             if label == PERSISTENCE
             else teacher_identity(request.teacher, request.train_samples),
-            fit=row.fit.to_dict() if row.fit else {},
+            fit=row.fit.identity() if row.fit else {},
             evaluation={"samples": report.samples, "metrics": list(METRICS)},
         )
         params = {

@@ -58,6 +58,10 @@ class AdversarialLoss:
     """ℓ_distill + w · the relativistic generator term, training f once per call with gradients
     (module docstring). f is built at the first such call, from the images' channels."""
 
+    stateful = True
+    """It trains f on every call with gradients: a fit neither recomputes it in backward nor
+    splits its batch into passes (`memory.py`)."""
+
     def __init__(
         self,
         decode: Callable[[Tensor], Tensor],

@@ -84,7 +84,7 @@ def fit_configuration(
         {},
         spec,
         teacher_identity(train.teacher, sets),
-        fit=settings.to_dict(),
+        fit=settings.identity(),
     )
 
 
@@ -96,6 +96,7 @@ def fit_record(result: FitResult, settings: FitSettings) -> dict:
         "validation": result.validation,
         "best_iteration": result.best_iteration,
         "fit_seconds": result.seconds,
+        "memory": result.memory,
     }
 
 

@@ -27,16 +27,16 @@ linear warm-up and cosine decay, gradient-norm clipping, deterministic under a s
 `fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
 torch.distributed is initialised (each rank draws its own batches), hands `report` its metrics
 every `log_every` iterations and its full state every `checkpoint_every` iterations, and continues
-exactly from such a state when given one as `resume`.
+exactly from such a state when given one as `resume`. What backward keeps, the networks'
+precision and the backward passes an update takes follow the fit's memory plan (`memory.py`;
+`checkpoint: auto` measures and chooses, `memory_plan.py`); the updates are `optimization.py`'s.
 """
 
-import itertools
 import math
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -46,140 +46,17 @@ from tqdm import tqdm
 from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError, TrainingDivergedError
-from spanlift.platform.fitting.losses import LOSSES, check_loss_options
-from spanlift.platform.sampling.rollout import on_device
+from spanlift.platform.fitting.losses import LOSSES
+from spanlift.platform.fitting.memory import VALIDATION_BATCH, MemoryPlan, check_stateful_loss
+from spanlift.platform.fitting.memory_plan import memory_plan
+from spanlift.platform.fitting.optimization import Optimization
+from spanlift.platform.fitting.settings import Best, FitResult, FitState, Objective, Report
+from spanlift.platform.fitting.settings import FitSettings as FitSettings
+from spanlift.platform.sampling.rollout import on_device, solver_device
 from spanlift.platform.sampling.teacher import TeacherSet, supervision_sigmas
 from spanlift.solvers import Solver
 
-FitState = dict[str, Any]
-"""Everything a fit needs to continue exactly: next iteration, solver, optimizer, lr schedule and
-batch-sampler state, losses so far. Plain tensors and numbers, so it loads with weights_only."""
-
-Report = Callable[[dict[str, float], FitState | None], None]
-"""Called with metrics every `log_every` iterations; with the state too at checkpoint iterations."""
-
-
-TARGETS = ("teacher", "observed")
-"""What a fit matches: the teacher's endpoints, or the backbone's observations."""
-
-
-@dataclass(frozen=True)
-class FitSettings:
-    iterations: int = 300
-    """Optimizer steps of the fit."""
-    batch_size: int = 32
-    """Teacher samples per step."""
-    lr: float = 5e-3
-    """Peak learning rate (after the warm-up, before the cosine decay)."""
-    warmup: int = 20
-    """Steps of linear learning-rate warm-up."""
-    grad_clip: float = 1.0
-    """Largest gradient norm; larger gradients are scaled down to it."""
-    loss: str = "mse"
-    """The endpoint loss ℓ; `loss_options` are its keyword arguments."""
-    target: str = "teacher"
-    """What the endpoint is matched to: "teacher" endpoints or, decoded, the backbone's
-    "observed" data."""
-    seed: int = 0
-    """Seeds the solver's initial weights and the batches drawn."""
-    log_every: int = 25
-    """Steps between metric reports."""
-    checkpoint_every: int = 50
-    """Steps between full-state reports a fit can resume from."""
-    loss_options: dict[str, Any] = field(default_factory=dict, hash=False)
-    """Keyword arguments of the loss, e.g. `{dinov2_path: /models/dinov2-base, c: 0.1}` for
-    `latent`; {} for the losses that take none. (A dict is not hashable: left out of the hash.)"""
-    weight_decay: float = 0.0
-    """AdamW's decoupled weight decay; 0 is Adam."""
-    validation: float = 0.1
-    """Fraction of the teacher set held out to choose the kept state when no validation set is
-    given (a sweep and `spanlift fit` give one: their validation seeds); 0: keep the last
-    state."""
-    validate_every: int = 25
-    """Steps between validation losses."""
-    deterministic: bool = False
-    """PyTorch's deterministic algorithms during the fit (on a GPU, with the cuBLAS workspace
-    they need); without it a GPU fit may differ in its last bits from run to run."""
-
-    def __post_init__(self) -> None:
-        for name in ("iterations", "batch_size", "log_every", "checkpoint_every", "validate_every"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise SettingsError(
-                    f"fit setting {name} must be a positive integer, got {getattr(self, name)!r}"
-                )
-        if not self.lr > 0 or not math.isfinite(self.lr):
-            raise SettingsError(f"fit setting lr must be a positive number, got {self.lr!r}")
-        if not 0 <= self.weight_decay < math.inf:
-            raise SettingsError(
-                f"fit setting weight_decay must be a number ≥ 0, got {self.weight_decay!r}"
-            )
-        if not 0 <= self.validation < 1:
-            raise SettingsError(
-                f"fit setting validation must be a fraction in [0, 1), got {self.validation!r}"
-            )
-        if not isinstance(self.warmup, int) or self.warmup < 0:
-            raise SettingsError(
-                f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
-            )
-        if not isinstance(self.deterministic, bool):
-            raise SettingsError(
-                f"fit setting deterministic must be true or false, got {self.deterministic!r}"
-            )
-        if not isinstance(self.loss_options, dict):
-            raise SettingsError(
-                f"fit setting loss_options must be a mapping of option names to values, "
-                f"got {self.loss_options!r}"
-            )
-        check_loss_options(self.loss, self.loss_options)
-        if self.target not in TARGETS:
-            raise SettingsError(
-                f"fit setting target must be one of {', '.join(TARGETS)}, got {self.target!r}"
-            )
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        """The names of the settings, as a sweep file's `fit:` section may give them."""
-        return tuple(f.name for f in fields(cls))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as plain data, the identity of a fit (fit and run keys, sweep state).
-        `loss_options` only when there are some, so a fit without them keeps the keys of the
-        checkpoints and runs already stored."""
-        data = asdict(self)
-        if not self.loss_options:
-            del data["loss_options"]
-        if not self.deterministic:
-            del data["deterministic"]
-        return data
-
-    def updated(self, changes: dict[str, Any]) -> "FitSettings":
-        """These settings with `changes` on top. Loss options belong to their loss: changing the
-        loss without giving its options starts from none."""
-        if changes.get("loss", self.loss) != self.loss and "loss_options" not in changes:
-            changes = {**changes, "loss_options": {}}
-        return replace(self, **changes)
-
-
-@dataclass
-class FitResult:
-    losses: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-    validation: dict[int, float] = field(default_factory=dict)
-    """Validation loss by iteration (0: before the first update)."""
-    best_iteration: int = 0
-    """The iteration whose state the fit kept (the last one when nothing is held out)."""
-
-
-def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
-    """lr multiplier: linear from 0 to 1 over `warmup` iterations, then cosine down to 0."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
+DEFAULT_SETTINGS = FitSettings()
 
 
 def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
@@ -192,14 +69,23 @@ def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
     return make_loss(backbone.decode, **options)
 
 
-Objective = Callable[..., torch.Tensor]
-"""(model, batch of the teacher set, input slack δ or None[, groups]) → the scalar loss of the
-batch, or with `groups` (index tensors into the batch) the loss of each group, from one rollout."""
-
-
-def objective(solver: Solver, settings: "FitSettings", backbone: Backbone) -> Objective:
-    """The loss of one batch, for the supervision the solver declares (module docstring)."""
-    loss_fn = endpoint_loss(settings, backbone)
+def objective(
+    solver: Solver,
+    settings: "FitSettings",
+    backbone: Backbone,
+    plan: MemoryPlan | None = None,
+    raw_loss: Callable | None = None,
+) -> Objective:
+    """The loss of one batch, for the supervision the solver declares (module docstring), its
+    backbone calls and loss networks run as the memory plan says (default: as `settings` ask);
+    `raw_loss`: the endpoint loss, when already built."""
+    plan = plan or MemoryPlan.of(
+        settings.checkpoint, settings.precision, settings.micro_batch, settings.batch_size
+    )
+    device = solver_device(solver)
+    raw_loss = raw_loss or endpoint_loss(settings, backbone)
+    check_stateful_loss(raw_loss, settings.loss, plan, settings.batch_size)
+    loss_fn = plan.loss(raw_loss, device)
     trajectory = solver.supervision == "trajectory"
     if trajectory and settings.target == "observed":
         raise SettingsError(
@@ -214,10 +100,9 @@ def objective(solver: Solver, settings: "FitSettings", backbone: Backbone) -> Ob
         slack: torch.Tensor | None,
         groups: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        device = solver_device(solver)
         noise = batch.noise.to(device) + (0 if slack is None else slack)
         x = backbone.prior(noise)
-        denoiser = conditioned(backbone, on_device(batch.cond, device))
+        denoiser = plan.denoiser(conditioned(backbone, on_device(batch.cond, device)), device)
         if not trajectory:
             endpoint, target = model(denoiser, x), batch.target(settings.target).to(device)
 
@@ -260,16 +145,15 @@ the mixture (`benchmarks/kept_state.py`: SpanLift on DyWeight, NFE 5, 1 000 iter
 state (docs/results.md)."""
 
 
-VALIDATION_BATCH = 256
-"""Validation seeds rolled out at once (whole groups; no gradients, so larger than a batch)."""
-
-
 @torch.no_grad()
-def validation_losses(solver: Solver, loss: Objective, validation: TeacherSet) -> Tensor:
+def validation_losses(
+    solver: Solver, loss: Objective, validation: TeacherSet, batch: int = VALIDATION_BATCH
+) -> Tensor:
     """The loss of each of min(VALIDATION_GROUPS, N) groups of consecutive validation seeds (sizes
-    differing by at most one), rolled out a few whole groups at a time (no slack, no DDP)."""
+    differing by at most one), rolled out as many whole groups at a time as `batch` seeds hold
+    (at least one; no slack, no DDP)."""
     groups = torch.arange(len(validation)).tensor_split(min(VALIDATION_GROUPS, len(validation)))
-    per_batch = max(1, VALIDATION_BATCH // len(groups[0]))
+    per_batch = max(1, batch // len(groups[0]))
     losses = []
     for start in range(0, len(groups), per_batch):
         chunk = groups[start : start + per_batch]
@@ -286,9 +170,11 @@ def mean_loss(groups: Tensor, validation: TeacherSet) -> float:
     return float((groups * weights).sum() / weights.sum())
 
 
-def validation_loss(solver: Solver, loss: Objective, validation: TeacherSet) -> float:
+def validation_loss(
+    solver: Solver, loss: Objective, validation: TeacherSet, batch: int = VALIDATION_BATCH
+) -> float:
     """The mean loss over the whole validation set."""
-    return mean_loss(validation_losses(solver, loss, validation), validation)
+    return mean_loss(validation_losses(solver, loss, validation, batch), validation)
 
 
 def earns_its_place(start: Tensor, later: Tensor) -> bool:
@@ -306,17 +192,6 @@ def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in solver.state_dict().items()}
 
 
-def slack_limits(noise: torch.Tensor, radius: float) -> torch.Tensor:
-    """r‖x_T‖ per training seed: the radius of each seed's LD3 ball."""
-    return radius * noise.flatten(1).norm(dim=1)
-
-
-def project_slack(slack: torch.Tensor, limits: torch.Tensor) -> None:
-    """δ ← δ · min(1, r‖x_T‖ / ‖δ‖) per seed: back into LD3's ball."""
-    norms = slack.flatten(1).norm(dim=1).clamp_min(1e-12)
-    slack.mul_((limits / norms).clamp(max=1).view(-1, *[1] * (slack.dim() - 1)))
-
-
 def distributed(solver: Solver) -> torch.nn.Module:
     """DDP around the solver when torch.distributed is initialised (gradients averaged over ranks)."""
     if not torch.distributed.is_initialized() or not trainable(solver):
@@ -325,14 +200,6 @@ def distributed(solver: Solver) -> torch.nn.Module:
     return torch.nn.parallel.DistributedDataParallel(
         solver, device_ids=device_ids, find_unused_parameters=True
     )
-
-
-def solver_device(solver: Solver) -> torch.device:
-    return next(itertools.chain(solver.parameters(), solver.buffers())).device
-
-
-def rank() -> int:
-    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
 
 
 @contextmanager
@@ -355,7 +222,7 @@ def fit(
     solver: Solver,
     backbone: Backbone,
     teacher: TeacherSet,
-    settings: FitSettings = FitSettings(),
+    settings: FitSettings = DEFAULT_SETTINGS,
     report: Report | None = None,
     progress: bool = True,
     resume: FitState | None = None,
@@ -386,19 +253,46 @@ def fit_steps(
         train, validation = split_validation(teacher, settings.validation)
     else:
         train = teacher
-    if not resume:
-        prepare(solver, backbone, train)
-    loss = objective(solver, settings, backbone)  # after `prepare`: it reads the solver's grid
-    steps = Optimization.set_up(solver, params, train, settings)
-    result = FitResult()
-    if resume:
-        best = steps.restore(solver, resume, result)
-    else:
-        best = starting_best(solver, loss, validation, settings, result)
+    raw_loss = endpoint_loss(settings, backbone)
+    plan = memory_plan(solver, backbone, train, settings, raw_loss)
+    with plan.blocks_of(backbone.blocks):
+        if not resume:
+            prepare(solver, backbone, train, plan.rollout_batch)
+        loss = objective(solver, settings, backbone, plan, raw_loss)  # after `prepare`: the grid
+        steps = Optimization.set_up(solver, params, train, settings, plan)
+        result = FitResult(memory=plan.params())
+        if resume:
+            best = steps.restore(solver, resume, result)
+        else:
+            best = starting_best(solver, loss, validation, settings, result, plan.rollout_batch)
+        update_loop(
+            solver, steps, loss, train, validation, settings, report, progress, best, result
+        )
+    if not all(torch.isfinite(p).all() for p in params):
+        raise TrainingDivergedError(
+            f"fit of {solver.spec.label()} left non-finite parameters; lower lr"
+        )
+    return result
+
+
+def update_loop(
+    solver: Solver,
+    steps: "Optimization",
+    loss: Objective,
+    train: TeacherSet,
+    validation: TeacherSet | None,
+    settings: FitSettings,
+    report: Report | None,
+    progress: bool,
+    best: "Best",
+    result: FitResult,
+) -> None:
+    """The updates from the first not yet made to the last, validating, keeping the best state
+    and reporting as the settings say; `result` filled in."""
     model = distributed(solver)
     start = time.perf_counter() - result.seconds
-    first = resume["iteration"] if resume else 0
-    if not params:  # a search alone (GITS): one pass scores and reports the searched state
+    first = len(result.losses)
+    if not steps.params:  # a search alone (GITS): one pass scores and reports the searched state
         first = max(first, settings.iterations - 1)
     bar = tqdm(
         range(first, settings.iterations),
@@ -408,13 +302,13 @@ def fit_steps(
         disable=not progress,
     )
     for iteration in bar:
-        value = steps.step(solver, model, loss, train, iteration, settings)
+        value = steps.measured_step(solver, model, loss, train, iteration, settings, result)
         result.losses.append(value)
         done = iteration + 1
         last = done == settings.iterations
         metrics = {"iteration": done, "loss": value, "lr": steps.schedule.get_last_lr()[0]}
         if validation is not None and (done % settings.validate_every == 0 or last):
-            groups = validation_losses(solver, loss, validation)
+            groups = validation_losses(solver, loss, validation, steps.plan.rollout_batch)
             metrics["val_loss"] = result.validation[done] = mean_loss(groups, validation)
             if metrics["val_loss"] < best["loss"] and earns_its_place(best["start"], groups):
                 best = {**best, "iteration": done, "loss": metrics["val_loss"]}
@@ -427,13 +321,8 @@ def fit_steps(
             seconds = time.perf_counter() - start
             state = steps.state(solver, done, result, best, seconds) if checkpoint else None
             report({**metrics, "best_iteration": best["iteration"]}, state)
-    if not all(torch.isfinite(p).all() for p in params):
-        raise TrainingDivergedError(
-            f"fit of {solver.spec.label()} left non-finite parameters; lower lr"
-        )
     result.seconds = time.perf_counter() - start
     result.best_iteration = best["iteration"]
-    return result
 
 
 def trainable(solver: Solver) -> list[torch.nn.Parameter]:
@@ -445,21 +334,17 @@ def trainable(solver: Solver) -> list[torch.nn.Parameter]:
 
 
 @torch.no_grad()
-def prepare(solver: Solver, backbone: Backbone, train: TeacherSet) -> None:
-    """The solver's own search on the training noise, in the backbone's sampling batches, once
-    before the first update (GITS's grid; nothing for most solvers)."""
-    device, size = solver_device(solver), backbone.sampling_batch()
+def prepare(
+    solver: Solver, backbone: Backbone, train: TeacherSet, batch: int = VALIDATION_BATCH
+) -> None:
+    """The solver's own search on the training noise, in the backbone's sampling batches (at
+    most `batch`), once before the first update (GITS's grid; nothing for most solvers)."""
+    device, size = solver_device(solver), min(backbone.sampling_batch(), batch)
     parts = (train.subset(slice(start, start + size)) for start in range(0, len(train), size))
     solver.prepare(
         (conditioned(backbone, on_device(p.cond, device)), backbone.prior(p.noise.to(device)))
         for p in parts
     )
-
-
-Best = dict[str, Any]
-"""The kept state so far: its iteration, its validation loss and the solver's weights (None
-while the starting state is kept without a copy), and the starting state's group losses
-(`start`) every later state is compared with."""
 
 
 def starting_best(
@@ -468,12 +353,13 @@ def starting_best(
     validation: TeacherSet | None,
     settings: FitSettings,
     result: FitResult,
+    batch: int = VALIDATION_BATCH,
 ) -> Best:
-    """The best state before the first update: the starting state scored on the validation set,
-    or, with nothing held out, a placeholder for the last state."""
+    """The best state before the first update: the starting state scored on the validation set
+    (`batch` seeds at a time), or, with nothing held out, a placeholder for the last state."""
     if validation is None:
         return {"iteration": settings.iterations, "loss": math.inf, "state": None, "start": None}
-    start = validation_losses(solver, loss, validation)
+    start = validation_losses(solver, loss, validation, batch)
     result.validation[0] = mean_loss(start, validation)
     return {
         "iteration": 0,
@@ -481,103 +367,3 @@ def starting_best(
         "state": state_copy(solver),
         "start": start,
     }
-
-
-@dataclass
-class Optimization:
-    """What a fit steps and what a checkpoint saves of it: AdamW over the solver's parameters
-    (and LD3's input slack δ, without weight decay), the warm-up–cosine lr schedule, and the
-    generator that draws the batches (seeded per DDP rank)."""
-
-    params: list[torch.nn.Parameter]
-    optimizer: torch.optim.Optimizer
-    schedule: torch.optim.lr_scheduler.LambdaLR
-    batches: torch.Generator
-    slack: torch.Tensor | None = None
-    limits: torch.Tensor | None = None
-
-    @classmethod
-    def set_up(
-        cls,
-        solver: Solver,
-        params: list[torch.nn.Parameter],
-        train: TeacherSet,
-        settings: FitSettings,
-    ) -> "Optimization":
-        batches = torch.Generator().manual_seed(settings.seed + 1000 * rank())
-        slack = limits = None
-        groups: list[dict[str, Any]] = [{"params": params}]
-        if solver.input_slack > 0:
-            device = solver_device(solver)
-            slack = torch.zeros_like(train.noise, device=device, requires_grad=True)
-            limits = slack_limits(train.noise, solver.input_slack).to(device)
-            groups.append({"params": [slack], "weight_decay": 0.0})
-        optimizer = torch.optim.AdamW(groups, lr=settings.lr, weight_decay=settings.weight_decay)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, warmup_cosine(settings.warmup, settings.iterations)
-        )
-        return cls(params, optimizer, schedule, batches, slack, limits)
-
-    def step(
-        self,
-        solver: Solver,
-        model: torch.nn.Module,
-        loss: Objective,
-        train: TeacherSet,
-        iteration: int,
-        settings: FitSettings,
-    ) -> float:
-        """One update on a batch drawn from `train`; its loss (a non-finite one is refused)."""
-        index = torch.randint(
-            len(train), (min(settings.batch_size, len(train)),), generator=self.batches
-        )
-        slack = None if self.slack is None else self.slack[index.to(self.slack.device)]
-        value = loss(model, train.subset(index), slack)
-        if not torch.isfinite(value):
-            raise TrainingDivergedError(
-                f"fit of {solver.spec.label()} diverged: loss is {value.item()} at iteration "
-                f"{iteration} (lr={settings.lr}); lower lr or grad_clip"
-            )
-        if not self.params:  # nothing to update (a solver fitted by its search alone)
-            return value.item()
-        self.optimizer.zero_grad(set_to_none=True)
-        value.backward()
-        for p in solver.inactive_parameters(iteration):  # alternating schemes (S4S-Alt)
-            p.grad = None
-        torch.nn.utils.clip_grad_norm_(self.params, settings.grad_clip)
-        self.optimizer.step()
-        self.schedule.step()
-        if self.slack is not None:
-            with torch.no_grad():
-                project_slack(self.slack, self.limits)
-        return value.item()
-
-    def state(
-        self, solver: Solver, done: int, result: FitResult, best: Best, seconds: float
-    ) -> FitState:
-        """Everything `restore` needs to continue after `done` iterations exactly."""
-        return {
-            "iteration": done,
-            "solver": solver.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "schedule": self.schedule.state_dict(),
-            "batches": self.batches.get_state(),
-            "losses": result.losses,
-            "seconds": seconds,
-            "validation": result.validation,
-            "best": best,
-            "slack": None if self.slack is None else self.slack.detach().cpu(),
-        }
-
-    def restore(self, solver: Solver, saved: FitState, result: FitResult) -> Best:
-        """Load a `state` into the solver, this optimization and `result`; its best state."""
-        solver.load_state_dict(saved["solver"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.schedule.load_state_dict(saved["schedule"])
-        self.batches.set_state(saved["batches"])
-        result.losses = list(saved["losses"])
-        result.seconds = saved["seconds"]
-        result.validation = dict(saved["validation"])
-        if self.slack is not None:
-            self.slack.data.copy_(saved["slack"])
-        return dict(saved["best"])

@@ -37,6 +37,7 @@ class Fitted:
     validation: dict[int, float] = field(default_factory=dict)  # held-out loss by iteration
     best_iteration: int | None = None  # the iteration whose state was kept
     gpu: dict[str, float] = field(default_factory=dict)  # GPU memory peak and use of the fit
+    memory: dict[str, Any] = field(default_factory=dict)  # the fit's memory plan, as recorded
 
     @classmethod
     def from_checkpoint(
@@ -60,6 +61,7 @@ class Fitted:
             dict(metadata.get("validation", {})),
             metadata.get("best_iteration"),
             dict(gpu or {}),
+            dict(metadata.get("memory", {})),
         )
 
     @property
@@ -75,6 +77,10 @@ class Fitted:
             **kept,
             **self.gpu,
         }
+
+    def params(self) -> dict[str, Any]:
+        """What the run records of how the fit used memory (`MemoryPlan.params`)."""
+        return dict(self.memory)
 
     def histories(self) -> dict[str, Any] | None:
         """The train loss per iteration and the validation loss where it was measured."""

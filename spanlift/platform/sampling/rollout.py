@@ -5,6 +5,7 @@ gives the same noise anywhere and in any batch. A rollout integrates from the ba
 x_T = prior(noise) down to the solver's last σ: Φ_S(x_T).
 """
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -34,3 +35,8 @@ def rollout(
 def on_device(t: Tensor | None, device: torch.device | str) -> Tensor | None:
     """`t` on `device`; None (no conditioning) stays None."""
     return None if t is None else t.to(device)
+
+
+def solver_device(solver: torch.nn.Module) -> torch.device:
+    """Where a solver's parameters (or, without any, its buffers) live."""
+    return next(itertools.chain(solver.parameters(), solver.buffers())).device

@@ -74,6 +74,7 @@ def fit_worker(config: dict[str, Any]) -> None:
                 "fit_seconds": state["seconds"],
                 "validation": state["validation"],
                 "best_iteration": state["best"]["iteration"],
+                "memory": state["memory"],
             }
             save_solver(Path(folder) / SOLVER_FILE, solver, metadata=history)
             ray.train.report(

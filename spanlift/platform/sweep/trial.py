@@ -154,7 +154,7 @@ def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
             f"{teachers.train.name}|{teachers.validation.name}",
             teachers.test.name,
         ),
-        fit={**config.fit.to_dict(), "workers": config.resources.workers},
+        fit={**config.fit.identity(), "workers": config.resources.workers},
         evaluation=evaluation_settings(config),
     )
 
@@ -327,6 +327,7 @@ def run_replicate(
         with phases("evaluate"):
             report = evaluation_metrics(spec, fitted.path, context, evaluators)
         extra_metrics, extra_params = (report.metrics(), report.params()) if report else ({}, {})
+        extra_params |= fitted.params()
         extra_metrics |= validation_metric(spec, fitted.path, context, evaluators)
         loads = {"model_loads": float(backbone_loads() - loads_before + evaluators.loads)}
         metrics = {

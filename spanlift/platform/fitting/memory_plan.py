@@ -1,0 +1,273 @@
+"""A fit's memory, predicted from a measured probe, and `checkpoint: auto`'s choice.
+
+The probe runs on the fit's device, at batch 1, under the fit's precision: one backbone call
+with gradients to its input (kept for backward, and its peak through backward; again with its
+blocks recomputed when it has blocks, and once without gradients), the loss on one sample, and
+the solver's own arithmetic over a whole rollout with the backbone replaced by a stand-in
+(D = x/2, which keeps nothing) that also counts the rows each call passes. All figures are per
+sample; memory is linear in the samples of a pass, so for b samples per backward pass
+
+    none    b · (R · kept_call + solver + max(loss, r · (peak_call − kept_call)))
+    calls   b · (R · input     + solver + max(loss, r · peak_call))
+    blocks  b · (R · kept_blk  + solver + max(loss, r · (peak_blk − kept_blk)))
+
+plus the optimizer's state for the solver's parameters; R: backbone rows per sample over the
+rollout (NFE, or K per call for EPD's K points), r: rows of one call. Without gradients (the
+fit's validation rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
+
+`auto` keeps the settings whose predicted peak fits the free memory of the device with a margin
+and whose time is least by a cost measured in the same probe: a call of b rows takes
+t(b) = t_0 + b · t_1 (two timed calls), so an update of B samples in passes of b takes
+R · (⌈B/b⌉ · t_0 + B · t_1), times 4/3 when each call is computed again in backward (one more
+forward beside forward and backward). On a CPU t_0 ≈ 0 and passes cost nothing extra; on a GPU
+a small network at batch 1 is mostly t_0, so recomputing beats splitting.
+"""
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from spanlift.backbones import Backbone
+from spanlift.backbones.base import conditioned
+from spanlift.errors import SettingsError
+from spanlift.platform.fitting.memory import (
+    VALIDATION_BATCH,
+    MemoryPlan,
+    autocast_float32,
+    blocks_recomputed,
+    stateful,
+)
+from spanlift.platform.fitting.optimization import rank_batch
+from spanlift.platform.sampling.rollout import on_device, solver_device
+from spanlift.platform.sampling.teacher import TeacherSet
+from spanlift.platform.sampling.tensor_memory import device_peak, free_bytes, saved_for_backward
+from spanlift.solvers import Solver
+
+MARGIN = 0.15
+"""Share of the device's free memory `auto` leaves unplanned (the prediction's tolerance)."""
+RECOMPUTE_COST = 4 / 3
+"""An update's time with every call computed again in backward, against without (forward,
+backward, and one more forward)."""
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """Bytes per sample of one differentiable computation: saved for backward, and its peak
+    through forward and backward above what was allocated before."""
+
+    kept: int
+    peak: int
+
+
+@dataclass(frozen=True)
+class FitProbe:
+    """What the probe measured (module docstring), per sample."""
+
+    call: CallCost
+    blocks: CallCost | None
+    loss: CallCost
+    solver: CallCost
+    input: int
+    """Bytes of one call's input, what a recomputed call keeps."""
+    nograd_call: int
+    nograd_solver: int
+    rows: int
+    """Backbone rows per sample over a rollout (R)."""
+    rows_per_call: int
+    """Rows per sample of the widest call (r)."""
+    optimizer: int
+    """Bytes of the solver's gradients and AdamW moments."""
+    seconds: tuple[float, float]
+    """(t_0, t_1): a call's fixed and per-row seconds."""
+
+    def peak(self, checkpoint: str, samples: int) -> int:
+        """Predicted working bytes of an update in passes of `samples` (module docstring)."""
+        call = self.blocks if checkpoint == "blocks" and self.blocks else self.call
+        if checkpoint == "calls":
+            kept, transient = self.input, self.call.peak
+        else:
+            kept, transient = call.kept, call.peak - call.kept
+        backward = max(self.loss.peak, self.rows_per_call * transient)
+        return samples * (self.rows * kept + self.solver.peak + backward) + self.optimizer
+
+    def rollout_peak(self, samples: int) -> int:
+        """Predicted bytes of a rollout without gradients of `samples` samples."""
+        return samples * (self.rows_per_call * self.nograd_call + self.nograd_solver)
+
+    def seconds_per_update(self, checkpoint: str, batch: int, samples: int) -> float:
+        """The cost model's time of an update of `batch` in passes of `samples`."""
+        fixed, per_row = self.seconds
+        calls = self.rows * (math.ceil(batch / samples) * fixed + batch * per_row)
+        return calls * (RECOMPUTE_COST if checkpoint != "none" else 1.0)
+
+
+def pass_sizes(batch: int) -> list[int]:
+    """Samples per pass worth trying, largest first: the batch, then halvings down to 1."""
+    sizes = [batch]
+    while sizes[-1] > 1:
+        sizes.append(math.ceil(sizes[-1] / 2))
+    return sizes
+
+
+def choose(
+    probe: FitProbe, batch: int, budget: int, checkpoints: tuple[str, ...], sizes: list[int]
+) -> tuple[str, int]:
+    """(checkpoint, samples per pass) of the cheapest plan among `checkpoints` × `sizes` whose
+    predicted peak is within `budget`; a SettingsError naming what one sample needs when none
+    is."""
+    options = [
+        (probe.seconds_per_update(checkpoint, batch, samples), checkpoint, samples)
+        for checkpoint in checkpoints
+        for samples in sizes
+        if probe.peak(checkpoint, samples) <= budget
+    ]
+    if not options:
+        least = min(probe.peak(checkpoint, min(sizes)) for checkpoint in checkpoints)
+        raise SettingsError(
+            f"the fit needs {least / 2**30:.2f} GiB for {min(sizes)} sample(s) per pass with "
+            f"the least memory of checkpoint {'/'.join(checkpoints)}, and "
+            f"{budget / 2**30:.2f} GiB are free to plan (free memory less {MARGIN:.0%}): use a "
+            "device with more memory, or precision bfloat16"
+        )
+    _, checkpoint, samples = min(options)
+    return checkpoint, samples
+
+
+def memory_plan(
+    solver: Solver, backbone: Backbone, train: TeacherSet, settings: Any, loss_fn: Callable
+) -> MemoryPlan:
+    """The plan a fit runs with: what its settings ask, or with `checkpoint: auto` what the probe
+    of `loss_fn` (the endpoint loss) and the backbone chooses on the solver's device, with its
+    predicted peak. A `micro_batch` given beside `auto` is kept; auto then chooses the
+    checkpoint alone."""
+    batch = rank_batch(settings)
+    plan = MemoryPlan.of(settings.checkpoint, settings.precision, settings.micro_batch, batch)
+    blocks = bool(backbone.blocks())
+    if settings.checkpoint == "blocks" and not blocks:
+        raise SettingsError(
+            f"backbone {type(backbone).__name__} has no blocks to recompute one at a time; "
+            "use checkpoint calls"
+        )
+    if settings.checkpoint != "auto":
+        return plan
+    device = solver_device(solver)
+    probe = probe_fit(solver, backbone, train, settings.precision, loss_fn)
+    budget = int(free_bytes(device) * (1 - MARGIN))
+    checkpoints = ("none", "calls", "blocks") if blocks else ("none", "calls")
+    sizes = [min(settings.micro_batch, batch)] if settings.micro_batch else pass_sizes(batch)
+    checkpoint, samples = choose(probe, batch, budget, checkpoints, sizes)
+    fitting = [s for s in pass_sizes(VALIDATION_BATCH) if probe.rollout_peak(s) <= budget]
+    return replace(
+        plan,
+        checkpoint=checkpoint,
+        micro_batch=0 if samples >= batch else samples,
+        rollout_batch=max(fitting or [1]),
+        chosen_by="auto",
+        predicted_peak=probe.peak(checkpoint, samples),
+    )
+
+
+def timed(device: torch.device, run: Callable[[], Any]) -> float:
+    """Wall seconds of `run()`, the device's queue drained before and after."""
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    synchronize()
+    start = time.perf_counter()
+    run()
+    synchronize()
+    return time.perf_counter() - start
+
+
+def call_cost(
+    call: Callable[[Tensor], Tensor], x: Tensor, exclude: list[Tensor], device: torch.device
+) -> CallCost:
+    """Kept and peak bytes of `call(x)`, with gradients to x only (nothing accumulates in any
+    parameter), through backward."""
+    kept = {"bytes": 0}
+
+    def run() -> None:
+        state = x.detach().requires_grad_(True)
+        with saved_for_backward(exclude) as counted:
+            out = call(state)
+        kept.update(counted)
+        if out.requires_grad:
+            torch.autograd.grad(out, state, torch.ones_like(out))
+
+    peak = device_peak(device, run)
+    return CallCost(kept["bytes"], peak)
+
+
+def counted_rows(solver: Solver, x: Tensor) -> list[int]:
+    """The rows of each backbone call in one rollout from x (no gradients, a stand-in model)."""
+    rows: list[int] = []
+
+    def stand_in(state: Tensor, sigma: Tensor) -> Tensor:
+        rows.append(len(state))
+        return state * 0.5
+
+    with torch.no_grad():
+        solver(stand_in, x)
+    return rows
+
+
+def stand_in_model(state: Tensor, sigma: Tensor) -> Tensor:
+    """D = x/2: a model that keeps nothing for backward, so a rollout measures the solver."""
+    return state * 0.5
+
+
+def probe_fit(
+    solver: Solver, backbone: Backbone, train: TeacherSet, precision: str, loss_fn: Callable
+) -> FitProbe:
+    """Measure what the module docstring predicts from, on the solver's device."""
+    device = solver_device(solver)
+    part = train.subset(slice(0, 1))
+    x = backbone.prior(part.noise.to(device))
+    sigma = torch.as_tensor(math.sqrt(backbone.sigma_min * backbone.sigma_max), device=device)
+    denoiser = autocast_float32(
+        conditioned(backbone, on_device(part.cond, device)), precision, device
+    )
+
+    def call(state: Tensor) -> Tensor:
+        return denoiser(state, sigma)
+
+    weights = [*backbone.parameters(), *backbone.buffers()]
+    blocks = None
+    if backbone.blocks():
+        with blocks_recomputed(backbone.blocks()):
+            blocks = call_cost(call, x, weights, device)
+    with torch.no_grad():
+        nograd = device_peak(device, lambda: call(x))
+        one = timed(device, lambda: call(x))
+        two = timed(device, lambda: call(torch.cat([x, x])))
+        nograd_solver = device_peak(device, lambda: solver(stand_in_model, x))
+    rows = counted_rows(solver, x)
+    params = list(solver.parameters())
+    trained = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    return FitProbe(
+        call=call_cost(call, x, weights, device),
+        blocks=blocks,
+        loss=loss_cost(loss_fn, part.endpoints.to(device), precision, device),
+        solver=call_cost(lambda state: solver(stand_in_model, state), x, params, device),
+        input=x.numel() * x.element_size(),
+        nograd_call=nograd,
+        nograd_solver=nograd_solver,
+        rows=max(1, sum(rows)),
+        rows_per_call=max(rows or [1]),
+        optimizer=3 * trained,
+        seconds=(max(2 * one - two, 0.0), max(two - one, 0.0)),
+    )
+
+
+def loss_cost(loss_fn: Callable, target: Tensor, precision: str, device: torch.device) -> CallCost:
+    """The loss on one sample with gradients to the student's endpoint; a loss that trains a
+    network of its own on each call is measured without gradients (it must not learn here)."""
+    loss = autocast_float32(loss_fn, precision, device)
+    student = target + 0.01 * torch.randn_like(target)
+    if stateful(loss_fn):
+        with torch.no_grad():
+            return CallCost(0, device_peak(device, lambda: loss(student, target)))
+    return call_cost(lambda endpoint: loss(endpoint, target).reshape(1), student, [], device)

@@ -1,0 +1,168 @@
+"""What a fit is asked and what it gives back: its settings (one typed source for the sweep
+file's `fit:` section, `spanlift fit`'s options and `--help`), its result, and the shapes of what
+passes between the fit's parts."""
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+import torch
+
+from spanlift.errors import SettingsError
+from spanlift.platform.fitting.losses import check_loss_options
+from spanlift.platform.fitting.memory import MEMORY_ONLY, check_memory_settings
+
+FitState = dict[str, Any]
+"""Everything a fit needs to continue exactly: next iteration, solver, optimizer, lr schedule and
+batch-sampler state, losses so far. Plain tensors and numbers, so it loads with weights_only."""
+
+Report = Callable[[dict[str, float], FitState | None], None]
+"""Called with metrics every `log_every` iterations; with the state too at checkpoint iterations."""
+
+
+TARGETS = ("teacher", "observed")
+"""What a fit matches: the teacher's endpoints, or the backbone's observations."""
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    iterations: int = 300
+    """Optimizer steps of the fit."""
+    batch_size: int = 32
+    """Teacher samples per step."""
+    lr: float = 5e-3
+    """Peak learning rate (after the warm-up, before the cosine decay)."""
+    warmup: int = 20
+    """Steps of linear learning-rate warm-up."""
+    grad_clip: float = 1.0
+    """Largest gradient norm; larger gradients are scaled down to it."""
+    loss: str = "mse"
+    """The endpoint loss ℓ; `loss_options` are its keyword arguments."""
+    target: str = "teacher"
+    """What the endpoint is matched to: "teacher" endpoints or, decoded, the backbone's
+    "observed" data."""
+    seed: int = 0
+    """Seeds the solver's initial weights and the batches drawn."""
+    log_every: int = 25
+    """Steps between metric reports."""
+    checkpoint_every: int = 50
+    """Steps between full-state reports a fit can resume from."""
+    loss_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    """Keyword arguments of the loss, e.g. `{dinov2_path: /models/dinov2-base, c: 0.1}` for
+    `latent`; {} for the losses that take none. (A dict is not hashable: left out of the hash.)"""
+    weight_decay: float = 0.0
+    """AdamW's decoupled weight decay; 0 is Adam."""
+    validation: float = 0.1
+    """Fraction of the teacher set held out to choose the kept state when no validation set is
+    given (a sweep and `spanlift fit` give one: their validation seeds); 0: keep the last
+    state."""
+    validate_every: int = 25
+    """Steps between validation losses."""
+    deterministic: bool = False
+    """PyTorch's deterministic algorithms during the fit (on a GPU, with the cuBLAS workspace
+    they need); without it a GPU fit may differ in its last bits from run to run."""
+    checkpoint: str = "none"
+    """What backward recomputes instead of keeping: none, calls (each backbone call and the loss
+    networks), blocks (each block inside the backbone), or auto (chosen with micro_batch by a
+    probe of one call on the fit's device; platform/fitting/memory.py)."""
+    precision: str = "float32"
+    """The backbone's and the loss networks' precision under autocast: float32, bfloat16 or
+    float16 (the solver, its state and the loss reduction stay float32)."""
+    micro_batch: int = 0
+    """Samples per backward pass, gradients accumulated over the batch (the same update to float
+    rounding); 0: the whole batch in one pass (with checkpoint auto: as the probe chooses)."""
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "batch_size", "log_every", "checkpoint_every", "validate_every"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise SettingsError(
+                    f"fit setting {name} must be a positive integer, got {getattr(self, name)!r}"
+                )
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise SettingsError(f"fit setting lr must be a positive number, got {self.lr!r}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise SettingsError(
+                f"fit setting weight_decay must be a number ≥ 0, got {self.weight_decay!r}"
+            )
+        if not 0 <= self.validation < 1:
+            raise SettingsError(
+                f"fit setting validation must be a fraction in [0, 1), got {self.validation!r}"
+            )
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise SettingsError(
+                f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
+            )
+        if not isinstance(self.deterministic, bool):
+            raise SettingsError(
+                f"fit setting deterministic must be true or false, got {self.deterministic!r}"
+            )
+        if not isinstance(self.loss_options, dict):
+            raise SettingsError(
+                f"fit setting loss_options must be a mapping of option names to values, "
+                f"got {self.loss_options!r}"
+            )
+        check_loss_options(self.loss, self.loss_options)
+        check_memory_settings(self.checkpoint, self.precision, self.micro_batch)
+        if self.target not in TARGETS:
+            raise SettingsError(
+                f"fit setting target must be one of {', '.join(TARGETS)}, got {self.target!r}"
+            )
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The names of the settings, as a sweep file's `fit:` section may give them."""
+        return tuple(f.name for f in fields(cls))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain data, the identity of a fit (fit and run keys, sweep state).
+        `loss_options` only when there are some, so a fit without them keeps the keys of the
+        checkpoints and runs already stored."""
+        data = asdict(self)
+        if not self.loss_options:
+            del data["loss_options"]
+        for name, default in UNSTATED.items():
+            if data[name] == default:
+                del data[name]
+        return data
+
+    def identity(self) -> dict[str, Any]:
+        """What determines the fitted weights: `to_dict` without the settings that change only
+        memory and time (`memory.MEMORY_ONLY`), so a fit found again is found whatever they were."""
+        return {k: v for k, v in self.to_dict().items() if k not in MEMORY_ONLY}
+
+    def updated(self, changes: dict[str, Any]) -> "FitSettings":
+        """These settings with `changes` on top. Loss options belong to their loss: changing the
+        loss without giving its options starts from none."""
+        if changes.get("loss", self.loss) != self.loss and "loss_options" not in changes:
+            changes = {**changes, "loss_options": {}}
+        return replace(self, **changes)
+
+
+UNSTATED = {"deterministic": False, "checkpoint": "none", "precision": "float32", "micro_batch": 0}
+"""Settings left out of `to_dict` at these values, so fits made before they existed keep their
+keys."""
+
+
+@dataclass
+class FitResult:
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    validation: dict[int, float] = field(default_factory=dict)
+    """Validation loss by iteration (0: before the first update)."""
+    best_iteration: int = 0
+    """The iteration whose state the fit kept (the last one when nothing is held out)."""
+    memory: dict[str, Any] = field(default_factory=dict)
+    """The memory plan it ran with and, where measured, the peak of its first update
+    (`MemoryPlan.params`, `fit.memory.measured_peak_mib`)."""
+
+
+Objective = Callable[..., torch.Tensor]
+"""(model, batch of the teacher set, input slack δ or None[, groups]) → the scalar loss of the
+batch, or with `groups` (index tensors into the batch) the loss of each group, from one rollout."""
+
+
+Best = dict[str, Any]
+"""The kept state so far: its iteration, its validation loss and the solver's weights (None
+while the starting state is kept without a copy), and the starting state's group losses
+(`start`) every later state is compared with."""

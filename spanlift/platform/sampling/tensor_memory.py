@@ -1,0 +1,121 @@
+"""Tensor memory, measured the same way on any device: what a block of code allocates and keeps.
+
+    peak   = max over the block of Σ bytes of the tensor storages it created that were still alive
+    kept   = Σ bytes of the storages autograd saved for backward (one count per storage)
+
+`TensorPeak` sees every tensor operation (a `TorchDispatchMode`, backward's included) and counts
+each new storage from its creation until the last tensor viewing it is freed: the quantity a
+GPU's caching allocator reports as `max_memory_allocated` above what was allocated before, short
+of its rounding to blocks and of kernels' workspaces, measured on the CPU too. Tensors made
+before the block (weights, inputs) are not counted; views and in-place results share their
+input's storage and add nothing. `saved_bytes` counts what a differentiable call leaves for
+backward, without the weights it saves by reference.
+"""
+
+import weakref
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+MIB = 2**20
+
+
+def storage_key(tensor: Tensor) -> tuple[str, int]:
+    """Which storage a tensor views: its device and address (views share both)."""
+    return str(tensor.device), tensor.untyped_storage().data_ptr()
+
+
+def tensors_in(value: Any) -> list[Tensor]:
+    return [t for t in tree_flatten(value)[0] if isinstance(t, Tensor)]
+
+
+class TensorPeak(TorchDispatchMode):
+    """Inside `with TensorPeak() as peak:` the bytes of live new storages are counted; `peak.peak`
+    is their largest sum, `peak.live` the sum now (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self.tracked: set[tuple[str, int]] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        inputs = {storage_key(t) for t in tensors_in((args, kwargs)) if t.numel()}
+        for tensor in tensors_in(out):
+            key = storage_key(tensor)
+            if tensor.device.type == "meta" or key in inputs or key in self.tracked:
+                continue
+            self.count(tensor.untyped_storage(), key)
+        return out
+
+    def count(self, storage: torch.UntypedStorage, key: tuple[str, int]) -> None:
+        size = storage.nbytes()
+        self.tracked.add(key)
+        self.live += size
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self.release, key, size)
+
+    def release(self, key: tuple[str, int], size: int) -> None:
+        if key in self.tracked:
+            self.tracked.discard(key)
+            self.live -= size
+
+
+@contextmanager
+def saved_for_backward(exclude: Iterable[Tensor] = ()) -> Any:
+    """Counts what autograd saves inside the block: yields a dict whose `bytes` is the sum over
+    distinct storages, those of `exclude` (weights) left out."""
+    skip = {storage_key(t) for t in exclude}
+    seen: set[tuple[str, int]] = set()
+    total = {"bytes": 0}
+
+    def pack(tensor: Tensor) -> Tensor:
+        key = storage_key(tensor)
+        if key not in skip and key not in seen:
+            seen.add(key)
+            total["bytes"] += tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        yield total
+
+
+def device_peak(device: torch.device, run: Callable[[], Any]) -> int:
+    """Peak bytes that `run()` allocates on `device` above what was allocated before: the CUDA
+    allocator's own figure on a GPU, `TensorPeak`'s elsewhere."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        run()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    with TensorPeak() as tracker:
+        run()
+    return tracker.peak
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory a fit or evaluation may still allocate on `device`: the GPU's free memory, or the
+    machine's available memory for the CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def module_bytes(*modules: torch.nn.Module) -> int:
+    """Bytes of the modules' parameters and buffers (each storage once)."""
+    seen: dict[tuple[str, int], int] = {}
+    for module in modules:
+        for tensor in [*module.parameters(), *module.buffers()]:
+            seen[storage_key(tensor)] = tensor.untyped_storage().nbytes()
+    return sum(seen.values())
