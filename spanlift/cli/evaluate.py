@@ -53,11 +53,27 @@ def add_eval_options(ev: argparse.ArgumentParser) -> None:
         "default: the backbone's (digits: digits_eval)",
     )
     ev.add_argument("--detector-weights", type=Path, help="detector weights file")
+    ev.add_argument(
+        "--batch-size",
+        type=batch_size,
+        default="auto",
+        help="samples drawn, decoded and scored at once: a number, or auto (the most, up to "
+        "256, that a pass is predicted to hold in the evaluator device's free memory)",
+    )
     add_field_options(ev, EvaluationConfig, REFERENCE_OPTIONS)
     ev.add_argument("--cache-dir", type=Path, default=Path("runs/eval-cache"), help="cache folder")
     ev.add_argument("--experiment", help="MLflow experiment (default: eval-<backbone>)")
     add_tracking_options(ev)
     add_ray_options(ev)
+
+
+def batch_size(value: str) -> int | str:
+    """`--batch-size`: a positive integer, or auto."""
+    if value == "auto":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {value!r}")
+    return int(value)
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -85,6 +101,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
             detector_weights=args.detector_weights,
             lpips_weights=args.lpips_weights,
             image_reward_weights=args.image_reward_weights,
+            batch_size=args.batch_size,
         ),
         spec=SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set)),
         checkpoint=args.checkpoint,

@@ -21,6 +21,8 @@ from spanlift.cli.options import (
 from spanlift.errors import SettingsError
 
 FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed", "weight_decay", "loss")
+MEMORY_OPTIONS = ("checkpoint", "precision", "micro_batch")
+"""The fit's memory settings (platform/fitting/memory.py), options of `spanlift fit` too."""
 """The fit settings `spanlift fit` and `spanlift demo` take as options (the others keep their
 defaults; a sweep file's `fit:` section sets any)."""
 
@@ -46,8 +48,11 @@ def add_commands(sub: Any) -> None:
 
 
 def add_one_fit_options(parser: argparse.ArgumentParser) -> None:
+    from spanlift.platform.fitting.fit import FitSettings
+
     add_solver_options(parser)
     add_fit_options(parser, out="runs/fit")
+    add_field_options(parser, FitSettings, MEMORY_OPTIONS)
     parser.add_argument(
         "--seeds",
         type=int,
@@ -108,7 +113,7 @@ def fit_settings(args: argparse.Namespace) -> Any:
         if not pair.partition("=")[0] or "=" not in pair:
             raise SettingsError(f"--loss-option expects key=value, got {pair!r}")
     return FitSettings(
-        **field_values(args, FitSettings, FIT_OPTIONS),
+        **field_values(args, FitSettings, FIT_OPTIONS + MEMORY_OPTIONS),
         loss_options=parse_settings(args.loss_option),
         deterministic=args.deterministic,
     )

@@ -8,7 +8,7 @@ and the LPIPS network load on first use: an evaluation loads only what its metri
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from spanlift.backbones.base import ACCELERATOR_BATCH
 from spanlift.backbones.loaded import loaded_backbone
 from spanlift.backbones.nowcast_windows import sample_to_vil
 from spanlift.errors import SettingsError
@@ -26,8 +27,9 @@ from spanlift.platform.evaluation.image_reward import image_reward_state, load_i
 from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
 from spanlift.platform.evaluation.states import MeanState, merge_states
 from spanlift.platform.sampling.rollout import on_device, rollout, seed_noise
-from spanlift.platform.sampling.score import GRID_COLUMNS, Score, score
+from spanlift.platform.sampling.score import GRID_COLUMNS, Score, score, score_batch
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, read_teacher
+from spanlift.platform.sampling.tensor_memory import resolved_batch
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver
@@ -48,7 +50,9 @@ class EvaluatorSetup:
     backbone_options: dict[str, Any] = field(default_factory=dict)
     detector_weights: Path | None = None
     threads: int | None = None
-    batch_size: int = 256
+    batch_size: int | str = "auto"
+    """Samples drawn, decoded and scored at once: a number, or "auto": the most (up to 256) a
+    pass is predicted to hold in the device's free memory, measured at one and two samples."""
     lpips_weights: Path | None = None  # AlexNet; None: torch's hub cache
     teacher: SolverSpec = DEFAULT_TEACHER  # LPIPS compares with its samples from the same seeds
     image_reward_weights: Path | None = None  # folder of ImageReward.pt, med_config.json
@@ -119,34 +123,46 @@ class Evaluator:
         `sampling`: seconds spent in the solver (model evaluations included) and the number of
         samples."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
-        parts = []
-        for start in range(0, len(seeds), self.setup.batch_size):
-            batch = seeds[start : start + self.setup.batch_size]
-            noise = seed_noise(batch, self.backbone.shape).to(self.device)
-            cond = on_device(self.backbone.conditioning(batch), self.device)
-            seconds, endpoints = self.timed_rollout(solver, noise, cond)
-            # Clipped as the EDM protocol clips (x·127.5 + 128 into [0, 255]; clamping first changes
-            # no pixel): a poor solver's overshoot is a bad sample, not images of the wrong range.
-            samples = self.backbone.decode(endpoints).clamp(-1, 1)
-            observed = on_device(self.backbone.observations(batch), self.device)
-            part: dict[str, Any] = {"sampling": MeanState(seconds, len(batch))}
-            if "fid" in metrics:
-                part["fid"] = FeatureMoments.of(self.detector.features(samples))
-            if "lpips" in metrics:
-                part["lpips"] = self.lpips_against_reference(samples, observed, noise, cond)
-            if "image_reward" in metrics:
-                prompts = self.backbone.prompts(batch)
-                part["image_reward"] = image_reward_state(self.image_reward, samples, prompts)
-            if "skill" in metrics:
-                self.check_observed(observed)
-                part["skill"] = contingency_counts(
-                    sample_to_vil(samples),
-                    sample_to_vil(observed),
-                    per_lead=True,
-                    convention=self.setup.skill_convention,
-                )
-            parts.append(part)
+        size = self.batch_size(lambda n: self.shard_part(solver, seeds[:n], metrics), len(seeds))
+        parts = [
+            self.shard_part(solver, seeds[start : start + size], metrics)
+            for start in range(0, len(seeds), size)
+        ]
         return merge_states(parts)
+
+    def batch_size(self, run: Callable[[int], Any], samples: int) -> int:
+        """The setup's batch size, or with "auto" the most samples a pass of `run` holds here
+        (`batch_that_fits`; a pass of at most `samples`, up to ACCELERATOR_BATCH)."""
+        return resolved_batch(self.setup.batch_size, run, samples, self.device, ACCELERATOR_BATCH)
+
+    def shard_part(
+        self, solver: torch.nn.Module, batch: Sequence[int], metrics: Sequence[str]
+    ) -> dict[str, Any]:
+        """The metric states of the samples of the seeds `batch`, drawn at once (`solver_states`)."""
+        noise = seed_noise(batch, self.backbone.shape).to(self.device)
+        cond = on_device(self.backbone.conditioning(batch), self.device)
+        seconds, endpoints = self.timed_rollout(solver, noise, cond)
+        # Clipped as the EDM protocol clips (x·127.5 + 128 into [0, 255]; clamping first changes
+        # no pixel): a poor solver's overshoot is a bad sample, not images of the wrong range.
+        samples = self.backbone.decode(endpoints).clamp(-1, 1)
+        observed = on_device(self.backbone.observations(batch), self.device)
+        part: dict[str, Any] = {"sampling": MeanState(seconds, len(batch))}
+        if "fid" in metrics:
+            part["fid"] = FeatureMoments.of(self.detector.features(samples))
+        if "lpips" in metrics:
+            part["lpips"] = self.lpips_against_reference(samples, observed, noise, cond)
+        if "image_reward" in metrics:
+            prompts = self.backbone.prompts(batch)
+            part["image_reward"] = image_reward_state(self.image_reward, samples, prompts)
+        if "skill" in metrics:
+            self.check_observed(observed)
+            part["skill"] = contingency_counts(
+                sample_to_vil(samples),
+                sample_to_vil(observed),
+                per_lead=True,
+                convention=self.setup.skill_convention,
+            )
+        return part
 
     def check_observed(self, observed: Tensor | None) -> None:
         if observed is None:
@@ -184,7 +200,9 @@ class Evaluator:
         solver (uint8) for a sample grid (`sampling.score.score`)."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
         held = None if validation is None else read_teacher(validation)
-        return score(solver, self.backbone, read_teacher(test), images, self.device, held)
+        test_set = read_teacher(test)
+        size = score_batch(self.setup.batch_size, solver, self.backbone, test_set, self.device)
+        return score(solver, self.backbone, test_set, images, self.device, held, size)
 
     def timed_rollout(
         self, solver: torch.nn.Module, noise: Tensor, cond: Tensor | None = None
@@ -200,8 +218,11 @@ class Evaluator:
     @torch.no_grad()
     def image_moments(self, images: Tensor) -> dict[str, FeatureMoments]:
         """`fid` feature moments of given [-1, 1] images (a dataset shard)."""
+        size = self.batch_size(
+            lambda n: self.detector.features(images[:n].to(self.device)), len(images)
+        )
         parts = [
             FeatureMoments.of(self.detector.features(batch.to(self.device)))
-            for batch in images.split(self.setup.batch_size)
+            for batch in images.split(size)
         ]
         return {"fid": merge_all(parts)}

@@ -45,11 +45,15 @@ from spanlift.platform.fitting.memory import (
 from spanlift.platform.fitting.optimization import rank_batch
 from spanlift.platform.sampling.rollout import on_device, solver_device
 from spanlift.platform.sampling.teacher import TeacherSet
-from spanlift.platform.sampling.tensor_memory import device_peak, free_bytes, saved_for_backward
+from spanlift.platform.sampling.tensor_memory import (
+    MARGIN,
+    device_peak,
+    free_bytes,
+    halvings,
+    saved_for_backward,
+)
 from spanlift.solvers import Solver
 
-MARGIN = 0.15
-"""Share of the device's free memory `auto` leaves unplanned (the prediction's tolerance)."""
 RECOMPUTE_COST = 4 / 3
 """An update's time with every call computed again in backward, against without (forward,
 backward, and one more forward)."""
@@ -106,14 +110,6 @@ class FitProbe:
         return calls * (RECOMPUTE_COST if checkpoint != "none" else 1.0)
 
 
-def pass_sizes(batch: int) -> list[int]:
-    """Samples per pass worth trying, largest first: the batch, then halvings down to 1."""
-    sizes = [batch]
-    while sizes[-1] > 1:
-        sizes.append(math.ceil(sizes[-1] / 2))
-    return sizes
-
-
 def choose(
     probe: FitProbe, batch: int, budget: int, checkpoints: tuple[str, ...], sizes: list[int]
 ) -> tuple[str, int]:
@@ -159,9 +155,9 @@ def memory_plan(
     probe = probe_fit(solver, backbone, train, settings.precision, loss_fn)
     budget = int(free_bytes(device) * (1 - MARGIN))
     checkpoints = ("none", "calls", "blocks") if blocks else ("none", "calls")
-    sizes = [min(settings.micro_batch, batch)] if settings.micro_batch else pass_sizes(batch)
+    sizes = [min(settings.micro_batch, batch)] if settings.micro_batch else halvings(batch)
     checkpoint, samples = choose(probe, batch, budget, checkpoints, sizes)
-    fitting = [s for s in pass_sizes(VALIDATION_BATCH) if probe.rollout_peak(s) <= budget]
+    fitting = [s for s in halvings(VALIDATION_BATCH) if probe.rollout_peak(s) <= budget]
     return replace(
         plan,
         checkpoint=checkpoint,

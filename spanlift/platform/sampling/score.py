@@ -18,6 +18,7 @@ import torch
 from spanlift.backbones import Backbone
 from spanlift.platform.sampling.rollout import on_device, rollout
 from spanlift.platform.sampling.teacher import TeacherSet
+from spanlift.platform.sampling.tensor_memory import resolved_batch
 from spanlift.solvers import Solver
 
 GRID_COLUMNS = 8
@@ -41,6 +42,22 @@ def sample_errors(
         error = (endpoint - part.endpoints.to(device)).double()
         errors.append(error.square().flatten(1).mean(dim=1).sqrt().cpu())
     return torch.cat(errors)
+
+
+def score_batch(
+    setting: int | str,
+    solver: Solver,
+    backbone: Backbone,
+    teacher: TeacherSet,
+    device: str | torch.device = "cpu",
+) -> int:
+    """Seeds rolled out at once when scoring: `setting`, or for "auto" the most (up to 256)
+    a rollout holds on the device (`tensor_memory.batch_that_fits`)."""
+
+    def rollout_of(samples: int) -> torch.Tensor:
+        return sample_errors(solver, backbone, teacher.subset(slice(0, samples)), samples, device)
+
+    return resolved_batch(setting, rollout_of, len(teacher), torch.device(device), 256)
 
 
 def rmse_of(errors: torch.Tensor) -> float:
@@ -112,15 +129,18 @@ def score(
     images: int = GRID_COLUMNS,
     device: str | torch.device = "cpu",
     validation: TeacherSet | None = None,
+    batch_size: int = 256,
 ) -> tuple[Score, dict[str, torch.Tensor]]:
-    """Errors and RMSE on `test` (and RMSE on `validation` when given), latency per image over 64
-    seeds, and the first `images` samples (uint8) of the teacher and of the solver, for a sample
-    grid."""
-    errors = sample_errors(solver, backbone, test, device=device)
+    """Errors and RMSE on `test` (and RMSE on `validation` when given), `batch_size` seeds at a
+    time, latency per image over min(64, batch_size) seeds, and the first `images` samples
+    (uint8) of the teacher and of the solver, for a sample grid."""
+    errors = sample_errors(solver, backbone, test, batch_size, device)
     val_rmse = (
-        None if validation is None else endpoint_rmse(solver, backbone, validation, device=device)
+        None
+        if validation is None
+        else endpoint_rmse(solver, backbone, validation, batch_size, device)
     )
-    first = test.subset(slice(0, 64))
+    first = test.subset(slice(0, min(64, batch_size)))
     noise, cond = first.noise.to(device), on_device(first.cond, device)
     ms = latency_ms(solver, backbone, noise, cond)
     shown = first.subset(slice(0, images))

@@ -119,3 +119,39 @@ def module_bytes(*modules: torch.nn.Module) -> int:
         for tensor in [*module.parameters(), *module.buffers()]:
             seen[storage_key(tensor)] = tensor.untyped_storage().nbytes()
     return sum(seen.values())
+
+
+MARGIN = 0.15
+"""Share of a device's free memory a plan leaves unplanned (predictions' tolerance)."""
+
+
+def halvings(size: int) -> list[int]:
+    """`size`, then halvings (rounded up) down to 1: the sizes worth trying, largest first."""
+    sizes = [size]
+    while sizes[-1] > 1:
+        sizes.append(-(-sizes[-1] // 2))
+    return sizes
+
+
+def batch_that_fits(run: Callable[[int], Any], device: torch.device, cap: int) -> int:
+    """The largest of `halvings(cap)` samples whose pass `run(samples)` (no gradients) is
+    predicted to fit the device's free memory with MARGIN left: its peak measured at one and
+    two samples, and linear in between and beyond (p(b) = p(1) + (b − 1)·(p(2) − p(1)))."""
+    with torch.no_grad():
+        one = device_peak(device, lambda: run(1))
+        two = device_peak(device, lambda: run(2))
+    per_sample = max(two - one, 1)
+    budget = free_bytes(device) * (1 - MARGIN)
+    return next((b for b in halvings(cap) if one + (b - 1) * per_sample <= budget), 1)
+
+
+def resolved_batch(
+    setting: int | str, run: Callable[[int], Any], samples: int, device: torch.device, cap: int
+) -> int:
+    """A batch-size setting: a number as it is, "auto" as `batch_that_fits` (at most `samples`
+    and `cap`)."""
+    if setting != "auto":
+        return int(setting)
+    if samples < 2:
+        return max(1, samples)
+    return batch_that_fits(run, device, min(samples, cap))

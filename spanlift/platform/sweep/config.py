@@ -151,6 +151,9 @@ class EvaluationConfig:
     skill_convention: str = "exact"
     """How nowcasting skill is counted: exact, or earthformer (Earthformer's and PreDiff's
     tables; nowcasting/scores.py)."""
+    batch_size: int | str = "auto"
+    """Samples drawn, decoded and scored at once: a number, or auto (the most, up to 256, that
+    a pass is predicted to hold in the device's free memory)."""
 
 
 @dataclass(frozen=True)
@@ -382,6 +385,7 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
         "lpips_weights",
         "image_reward_weights",
         "skill_convention",
+        "batch_size",
     )
     defaults = EvaluationConfig()
     metrics = tuple(e.get("metrics", list, list(defaults.metrics)))
@@ -409,7 +413,16 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
         lpips_weights=_optional_path(e.get("lpips_weights", str, None), folder),
         image_reward_weights=_optional_path(e.get("image_reward_weights", str, None), folder),
         skill_convention=convention,
+        batch_size=_batch_size(e, "batch_size", defaults.batch_size),
     )
+
+
+def _batch_size(reader: _Reader, key: str, default: int | str) -> int | str:
+    """A positive number of samples, or "auto"."""
+    value = reader.data.get(key, default)
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        reader.fail(key, value, "a positive integer or auto")
+    return value
 
 
 def _optional_path(value: str | None, folder: Path) -> Path | None:
@@ -523,6 +536,15 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         "worker_gpu",
     )
     resources = _resources(res)
+    for i, entry in enumerate(solvers):
+        batch = fit.updated(entry.fit_settings).batch_size
+        if batch % resources.workers:
+            where = f"solvers[{i}].fit" if "batch_size" in entry.fit else "fit"
+            raise SweepConfigError(
+                f"{source}: {where}.batch_size: {batch} is the batch of one update over all "
+                f"{resources.workers} workers (resources.workers): it must be a multiple of "
+                f"{resources.workers}"
+            )
     tracking = r.child("tracking", {})
     tracking.only("uri")
     evaluation = _evaluation(r.child("evaluation", {}), folder)

@@ -47,7 +47,7 @@ from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.results.provenance import run_environment
 from spanlift.platform.results.tracking import configuration_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
-from spanlift.platform.sampling.score import Score, score
+from spanlift.platform.sampling.score import Score, score, score_batch
 from spanlift.platform.sampling.teacher import supervision_sigmas
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import PROBE_SIGMAS, SolverEntry, SweepConfig
@@ -165,6 +165,7 @@ def evaluation_settings(config: SweepConfig) -> dict[str, Any]:
     if not config.evaluation.metrics:
         return {}
     settings, reference = asdict(config.evaluation), reference_set(config)
+    del settings["batch_size"]  # how many at once changes memory, not the result
     if reference.kind == "file":
         settings["reference"] = reference.describe()
     return settings
@@ -391,7 +392,10 @@ def score_fitted(
         )
     test, validation = read_entry(teachers.test), read_entry(teachers.validation)
     solver = fitted.solver.to(context.device)
-    return score(solver, backbone, test, device=context.device, validation=validation)
+    size = score_batch(context.config.evaluation.batch_size, solver, backbone, test, context.device)
+    return score(
+        solver, backbone, test, device=context.device, validation=validation, batch_size=size
+    )
 
 
 def trial_diagnostics(
@@ -418,6 +422,7 @@ def evaluator_setup(config: SweepConfig, root: Path) -> EvaluatorSetup:
         root / "eval-cache",
         config.backbone_options,
         threads=config.evaluator_actors()[3],
+        batch_size=evaluation.batch_size,
         lpips_weights=evaluation.lpips_weights,
         image_reward_weights=evaluation.image_reward_weights,
         teacher=config.teacher.solver,
