@@ -2,8 +2,10 @@
 each process, processes on one node share its pages, and every column, every kind of entry and
 entries of the earlier Parquet layout read back equal and verified."""
 
+import hashlib
 import json
 import sys
+import tracemalloc
 import warnings
 
 import pytest
@@ -11,6 +13,8 @@ import torch
 
 from spanlift.errors import CacheError
 from spanlift.files import file_sha256
+from spanlift.platform.configuration import digest
+from spanlift.platform.fitting.compare import set_digest
 from spanlift.platform.sampling.teacher import OPTIONAL, TeacherSet, read_teacher, write_teacher
 from spanlift.solvers import SolverSpec
 
@@ -176,3 +180,18 @@ def test_an_entry_this_version_cannot_read_is_refused_in_one_line(tmp_path):
     files = {"teacher.arrow": file_sha256(folder / "teacher.arrow")}
     (folder / "manifest.json").write_text(json.dumps({**manifest, "files": files}))
     refused(folder, r"teacher-x cannot be read \(.*\); delete the folder$")
+
+
+def test_a_sets_digest_reads_its_endpoints_without_copying_them():
+    """`set_digest` hashes the endpoints in place, to the digest fit keys already stored hold."""
+    teacher = random_set(200, (3, 64, 64))
+    tracemalloc.start()
+    try:
+        identity = set_digest(teacher)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = teacher.endpoints.nbytes
+    assert peak <= 0.01 * size, f"set_digest allocated {peak / size:.2f}× the endpoints"
+    stored = hashlib.sha256(teacher.endpoints.numpy().tobytes()).hexdigest()
+    assert identity == digest([teacher.key, stored])
