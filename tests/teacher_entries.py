@@ -3,16 +3,18 @@ before the Arrow file (still on users' disks), and a reader in a fresh process t
 its memory grew.
 
 Run as a script, this file is that reader: `python tests/teacher_entries.py ENTRY` reads the
-entry, touches every value, prints one JSON line of growth since before the read, waits for a
-line on stdin, prints the growth again and holds the entry until stdin closes (so that several
-readers can be measured while all of them hold it). Growth is in bytes: `rss` now, `peak` (the highest RSS, VmHWM) and
-`private` (pages no other process maps: USS, Private_Clean + Private_Dirty of smaps_rollup).
+entry, touches every value, prints one JSON line of growth since before the read (and the read's
+seconds), waits for a line on stdin, prints the growth again and holds the entry until stdin
+closes (so that several readers can be measured while all of them hold it). Growth is in bytes:
+`rss` now, `peak` (the highest RSS, VmHWM) and `private` (pages no other process maps: USS,
+Private_Clean + Private_Dirty of smaps_rollup).
 """
 
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -101,12 +103,24 @@ def stop(reader: subprocess.Popen) -> None:
 
 
 def read_in_fresh_process(folder: Path) -> dict:
-    """`{"read": growth, "touched": growth}` of one reader of `folder`."""
+    """`{"read": growth, "touched": growth, "seconds": of the read}` of one reader of `folder`."""
     reader = start_reader(folder)
     try:
         return first_report(reader)
     finally:
         stop(reader)
+
+
+def read_together(folder: Path, count: int = 2) -> list[dict]:
+    """The growth of each of `count` readers of `folder`, measured while all of them hold it."""
+    readers = [start_reader(folder) for _ in range(count)]
+    try:
+        for reader in readers:
+            first_report(reader)
+        return [measure_again(reader) for reader in readers]
+    finally:
+        for reader in readers:
+            stop(reader)
 
 
 def status_bytes(field: str) -> int:
@@ -135,13 +149,15 @@ def main(folder: Path) -> None:
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # VmHWM restarts from the current RSS
     base = {"rss": status_bytes("VmRSS"), "private": private_bytes()}
+    start = time.perf_counter()
     teacher = read_teacher(folder)
-    read = growth(base)
+    seconds, read = time.perf_counter() - start, growth(base)
     for name in ("seeds", "noise", "endpoints", *OPTIONAL):
         values = getattr(teacher, name)
         if values is not None:
             values.sum()  # reads every value
-    print(json.dumps({"read": read, "touched": growth(base)}), flush=True)
+    report = {"read": read, "touched": growth(base), "seconds": seconds}
+    print(json.dumps(report), flush=True)
     sys.stdin.readline()
     print(json.dumps(growth(base)), flush=True)
     sys.stdin.readline()  # the entry stays mapped until the parent closes stdin

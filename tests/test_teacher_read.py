@@ -18,14 +18,7 @@ from spanlift.platform.fitting.compare import set_digest
 from spanlift.platform.sampling.teacher import OPTIONAL, TeacherSet, read_teacher, write_teacher
 from spanlift.solvers import SolverSpec
 
-from .teacher_entries import (
-    first_report,
-    measure_again,
-    read_in_fresh_process,
-    start_reader,
-    stop,
-    write_parquet_entry,
-)
+from .teacher_entries import read_in_fresh_process, read_together, write_parquet_entry
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads memory figures from /proc"
@@ -71,14 +64,7 @@ def test_processes_reading_one_entry_share_its_pages(large_entry):
     """Two processes that read and touched the same entry each hold it (RSS ~1×) but own almost
     none of it: the pages are the page cache's, mapped by both."""
     folder, data = large_entry
-    readers = [start_reader(folder) for _ in range(2)]
-    try:
-        for reader in readers:
-            first_report(reader)
-        grown = [measure_again(reader) for reader in readers]  # both hold the entry
-    finally:
-        for reader in readers:
-            stop(reader)
+    grown = read_together(folder, 2)
     for each in grown:
         assert each["rss"] >= 0.9 * data
         assert each["private"] <= 0.1 * data, f"private {each['private'] / data:.2f}× the data"
