@@ -97,28 +97,24 @@ def test_cache_key_covers_seeds_teacher_and_backbone(gmm):
     assert key != teacher_key(other, DEFAULT_TEACHER, range(10))
 
 
-def test_corrupt_shard_is_detected(gmm, tmp_path):
+def test_corrupt_entry_is_detected(gmm, tmp_path):
     load_or_generate(tmp_path, gmm, range(20), progress=False)
-    (shard,) = tmp_path.glob("teacher-*/part-00000.parquet")
-    data = bytearray(shard.read_bytes())
+    (entry,) = tmp_path.glob("teacher-*/teacher.arrow")
+    data = bytearray(entry.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    shard.write_bytes(bytes(data))
-    with pytest.raises(CacheError, match=r"part-00000\.parquet"):
+    entry.write_bytes(bytes(data))
+    with pytest.raises(CacheError, match=r"teacher\.arrow is corrupt"):
         load_or_generate(tmp_path, gmm, range(20), progress=False)
 
 
 def test_crash_while_writing_leaves_nothing(gmm, tmp_path, monkeypatch):
-    monkeypatch.setattr(teacher_module, "SHARD_ROWS", 8)
-    real_write = teacher_module.pq.write_table
-    calls = []
+    real_write = teacher_module.write_entry_file
 
-    def write_then_crash(table, path):
-        calls.append(path)
-        if len(calls) > 1:
-            raise OSError("disk full")
-        real_write(table, path)
+    def write_then_crash(path, batch):
+        real_write(path, batch)
+        raise OSError("disk full")
 
-    monkeypatch.setattr(teacher_module.pq, "write_table", write_then_crash)
+    monkeypatch.setattr(teacher_module, "write_entry_file", write_then_crash)
     with pytest.raises(OSError, match="disk full"):
         load_or_generate(tmp_path, gmm, range(30), progress=False)
     assert list(tmp_path.iterdir()) == []

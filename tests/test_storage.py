@@ -42,16 +42,16 @@ def test_a_teacher_entry_published_by_one_node_is_read_verified_by_another(
     here.publish(entry)
     assert here.exists(entry)
     stored = keys(bucket, "teachers/runs/exp")
-    assert {"teacher-x/manifest.json", "teacher-x/part-00000.parquet"} <= set(stored)
+    assert {"teacher-x/manifest.json", "teacher-x/teacher.arrow"} <= set(stored)
 
     there = on_another_node(here, tmp_path / "node-b")
     copy = there.local / "teacher-x"
     assert there.fetch(copy)
     assert torch.equal(read_teacher(copy).endpoints, gmm_teacher[1].endpoints)
 
-    # a shard changed in the bucket is caught by the manifest's checksum after the fetch
-    with bucket.open_output_stream("teachers/runs/exp/teacher-x/part-00000.parquet") as handle:
-        handle.write(b"not parquet")
+    # a file changed in the bucket is caught by the manifest's checksum after the fetch
+    with bucket.open_output_stream("teachers/runs/exp/teacher-x/teacher.arrow") as handle:
+        handle.write(b"not arrow")
     third = on_another_node(here, tmp_path / "node-c")
     assert third.fetch(third.local / "teacher-x")
     with pytest.raises(CacheError, match="checksum mismatch"):

@@ -9,7 +9,7 @@ their own state (`storage_filesystem`). With a bucket, each node works in a node
 the storage (`Storage.local`, the same path on every node) and exchanges whole files through the
 bucket: a finished file is `publish`ed (a folder's `manifest.json` last, so a folder with a
 manifest is complete), and a file a node lacks is `fetch`ed before it is read (into a temporary
-name, then renamed). What the files carry (the teacher shards' SHA-256 in their manifest) is
+name, then renamed). What the files carry (a teacher entry's SHA-256 in its manifest) is
 verified after the fetch as for a local folder. With a folder, the mirror is the folder itself and
 both are no-ops.
 """

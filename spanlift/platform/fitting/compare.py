@@ -64,9 +64,10 @@ def fit_spec(
 
 def set_digest(teacher: TeacherSet) -> str:
     """A teacher set's identity: its cache key and the digest of its endpoints, so a subset or
-    an unsaved set is its own."""
-    endpoints = teacher.endpoints.detach().cpu().contiguous().numpy().tobytes()
-    return digest([teacher.key, hashlib.sha256(endpoints).hexdigest()])
+    an unsaved set is its own. The endpoints' bytes are hashed where they lie (a mapped entry's
+    pages), not copied."""
+    endpoints = teacher.endpoints.detach().cpu().contiguous().numpy()
+    return digest([teacher.key, hashlib.sha256(endpoints.data).hexdigest()])
 
 
 def fit_configuration(

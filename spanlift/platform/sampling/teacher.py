@@ -1,18 +1,35 @@
 """Teacher endpoints: noise (and conditioning) → teacher rollout endpoint, cached by content hash.
 
-A cache entry is a folder `teacher-<key>/` of Parquet shards plus `manifest.json`, where `key`
-hashes everything that determines the endpoints: the backbone's identity, the teacher solver
-spec, the seeds and the format version. Noise for seed s is `randn(shape, Generator(s))`, so any
-subset of seeds can be generated anywhere and in any batch. The manifest stores each shard's
-SHA-256; loading verifies them. Entries are written to a temporary folder and renamed, so a crash
-never leaves a partial entry. A conditional backbone's conditioning of each seed (past radar frames)
-is stored beside its noise, and so are its observations (the frames that really followed), the
-target of fits supervised by what was observed instead of by the teacher.
+A cache entry is a folder `teacher-<key>/`, where `key` hashes everything that determines the
+endpoints: the backbone's identity, the teacher solver spec, the seeds and the format version.
+Noise for seed s is `randn(shape, Generator(s))`, so any subset of seeds can be generated anywhere
+and in any batch. A conditional backbone's conditioning of each seed (past radar frames) is stored
+beside its noise, and so are its observations (the frames that really followed), the target of
+fits supervised by what was observed instead of by the teacher.
 
 Trajectory-supervised solvers (AMED, EPD) match the teacher at their own grid σ_1 … σ_N too. An
 entry may therefore also hold the teacher's states at requested σ values: the teacher then runs on
 the union of its own grid and the requested σ (so it passes through each of them exactly; an
 iPNDM teacher spends one more evaluation per added point), and the requested σ enter the key.
+
+The folder holds two files (the layout `arrow-ipc`):
+
+    teacher.arrow   an uncompressed Arrow IPC file (Feather v2) of ONE record batch, one row per
+                    seed: `seed` int64, then `noise`, `endpoint` and, when the entry has them,
+                    `cond`, `observed`, `states`, each a FixedSizeList of float32 (the sample
+                    flattened; `states` is (S, *shape) per seed). Each column's values are
+                    therefore one contiguous buffer of the file.
+    manifest.json   {"format", "layout": "arrow-ipc", "key", "count", "shape" (noise and
+                    endpoint), "shapes" (of the optional columns), "files" ({name: SHA-256}),
+                    "state_sigmas", "teacher" (the solver spec), and the writer's metadata}
+
+Entries are written to a temporary folder and renamed, so a crash never leaves a partial entry.
+Reading verifies the file's SHA-256 (streamed), then maps it copy-on-write: the TeacherSet's
+tensors are views of the mapping, so a read costs no copy, pages are loaded as they are used, and
+processes of one node share them through the page cache. A tensor written in place gets private
+pages of its process; the file never changes. Entries written before this layout (a manifest
+without `layout`: Parquet shards `part-NNNNN.parquet` of the same columns) are still read, by
+copying their shards into memory. The layout is not part of the key, which names the content.
 """
 
 import hashlib
@@ -26,7 +43,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 from tqdm import tqdm
@@ -40,7 +56,9 @@ from spanlift.solvers import SOLVERS, Solver, SolverSpec, build_solver
 
 FORMAT = "spanlift-teacher/2"
 DEFAULT_TEACHER = SolverSpec("ipndm", nfe=35, schedule="edm", settings={"order": 4})
-SHARD_ROWS = 1024
+LAYOUT = "arrow-ipc"
+"""The manifest's `layout` of entries written now (module docstring); absent: Parquet shards."""
+ENTRY_FILE = "teacher.arrow"
 
 
 OPTIONAL = ("cond", "observed", "states")
@@ -226,48 +244,53 @@ def rollout_keeping(
     return x, kept
 
 
-def _shard_table(teacher: TeacherSet) -> pa.Table:
+def entry_batch(teacher: TeacherSet) -> pa.RecordBatch:
+    """`teacher` as the entry file's one record batch (module docstring), without copying
+    float32 tensors that are contiguous."""
+
     def column(t: Tensor) -> pa.Array:
-        flat = t.reshape(len(t), -1).numpy().astype(np.float32)
-        return pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), flat.shape[1])
+        flat = np.ascontiguousarray(t.reshape(len(t), -1).numpy(), dtype=np.float32)
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
     columns = {
-        "seed": teacher.seeds.numpy(),
+        "seed": pa.array(teacher.seeds.numpy().astype(np.int64, copy=False)),
         "noise": column(teacher.noise),
         "endpoint": column(teacher.endpoints),
     }
     for name in OPTIONAL:
         if getattr(teacher, name) is not None:
             columns[name] = column(getattr(teacher, name))
-    return pa.table(columns)
+    return pa.record_batch(columns)
+
+
+def write_entry_file(path: Path, batch: pa.RecordBatch) -> None:
+    """`batch` as an uncompressed Arrow IPC file at `path`."""
+    options = pa.ipc.IpcWriteOptions(compression=None)
+    with pa.ipc.new_file(str(path), batch.schema, options=options) as writer:
+        writer.write_batch(batch)
 
 
 def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
-    """Write `teacher` as shards + manifest into `folder` atomically (temp folder, then rename)."""
+    """Write `teacher` as `teacher.arrow` + `manifest.json` (module docstring) into `folder`
+    atomically (temp folder, then rename); `metadata` joins the manifest."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
-        files = {}
-        for n, start in enumerate(range(0, len(teacher), SHARD_ROWS)):
-            name = f"part-{n:05d}.parquet"
-            pq.write_table(
-                _shard_table(teacher.subset(slice(start, start + SHARD_ROWS))), tmp / name
-            )
-            files[name] = file_sha256(tmp / name)
-        shape = list(teacher.noise.shape[1:])
-        shapes = {
-            name: list(getattr(teacher, name).shape[1:])
-            for name in OPTIONAL
-            if getattr(teacher, name) is not None
-        }
+        write_entry_file(tmp / ENTRY_FILE, entry_batch(teacher))
         manifest = {
             "format": FORMAT,
+            "layout": LAYOUT,
             "key": teacher.key,
             "count": len(teacher),
-            "shape": shape,
-            "shapes": shapes,
-            "files": files,
+            "shape": list(teacher.noise.shape[1:]),
+            "shapes": {
+                name: list(getattr(teacher, name).shape[1:])
+                for name in OPTIONAL
+                if getattr(teacher, name) is not None
+            },
+            "files": {ENTRY_FILE: file_sha256(tmp / ENTRY_FILE)},
             "state_sigmas": list(teacher.state_sigmas),
+            "teacher": teacher.teacher.to_dict(),
         }
         (tmp / "manifest.json").write_text(json.dumps({**manifest, **metadata}, indent=2))
         try:
@@ -283,39 +306,109 @@ def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
 
 
 def read_teacher(folder: Path) -> TeacherSet:
-    """Read a cache entry, verifying every shard's SHA-256 against the manifest."""
-    manifest_path = folder / "manifest.json"
+    """Read a cache entry, verifying its files' SHA-256 against the manifest; the tensors of an
+    `arrow-ipc` entry are copy-on-write views of its mapped file (module docstring)."""
+    manifest = read_manifest(folder)
+    layout = manifest.get("layout")
+    if layout not in (None, LAYOUT):
+        raise CacheError(
+            f"teacher cache {folder} has the layout {layout!r}, which this version of spanlift "
+            f"cannot read (it reads {LAYOUT!r} and Parquet shards); delete the folder"
+        )
+    verify_files(folder, manifest["files"])
     try:
-        manifest = json.loads(manifest_path.read_text())
-        files, shape, shapes = manifest["files"], manifest["shape"], manifest["shapes"]
-    except (OSError, ValueError, KeyError) as exc:
+        if layout == LAYOUT:
+            columns = mapped_columns(folder / ENTRY_FILE)
+        else:
+            columns = parquet_columns(folder, sorted(manifest["files"]))
+    except (pa.ArrowException, ValueError, KeyError) as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CacheError(
+            f"teacher cache {folder} cannot be read ({why}); delete the folder"
+        ) from None
+    return teacher_set(manifest, columns)
+
+
+def read_manifest(folder: Path) -> dict:
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        missing = [field for field in ("key", "files", "shape", "shapes") if field not in manifest]
+        if missing:
+            raise KeyError(", ".join(missing))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CacheError(
             f"teacher cache {folder} has no readable manifest ({exc}); delete the folder"
         ) from None
-    columns: dict[str, list[Tensor]] = {"seed": [], "noise": [], "endpoint": []}
-    columns.update({name: [] for name in shapes})
-    shapes = {"noise": shape, "endpoint": shape, **shapes}
+    return manifest
+
+
+def verify_files(folder: Path, files: dict[str, str]) -> None:
+    """Each file's SHA-256 (read in blocks, never held whole) is the manifest's."""
     for name, expected in files.items():
         path = folder / name
-        if not path.is_file() or file_sha256(path) != expected:
+        if not path.is_file():
+            raise CacheError(f"teacher cache file {path} is missing; delete {folder}")
+        if file_sha256(path) != expected:
             raise CacheError(
-                f"teacher cache shard {path} is missing or corrupt (checksum mismatch); delete {folder}"
+                f"teacher cache file {path} is corrupt (checksum mismatch); delete {folder}"
             )
-        table = pq.read_table(path)
-        columns["seed"].append(torch.from_numpy(table["seed"].to_numpy().copy()))
-        for col, col_shape in shapes.items():
-            values = table[col].combine_chunks().flatten().to_numpy()
-            columns[col].append(torch.from_numpy(values.copy()).reshape(-1, *col_shape))
-    whole = {name: torch.cat(parts) for name, parts in columns.items()}
+
+
+def mapped_columns(path: Path) -> dict[str, np.ndarray]:
+    """Each column of the entry file as a flat writable view of one private copy-on-write
+    mapping of it (`seed` int64, the others float32 values)."""
+    mapping = np.memmap(path, mode="c")
+    reader = pa.ipc.open_file(pa.py_buffer(mapping))
+    if reader.num_record_batches != 1:
+        raise ValueError(f"{reader.num_record_batches} record batches, expected 1")
+    batch = reader.get_batch(0)
+    return {name: mapped_view(mapping, batch.column(name)) for name in batch.schema.names}
+
+
+def mapped_view(mapping: np.memmap, column: pa.Array) -> np.ndarray:
+    """The values of `column` (read from `mapping` without copying) as a view of `mapping`."""
+    if pa.types.is_fixed_size_list(column.type):
+        column = column.flatten()
+    located = column.to_numpy(zero_copy_only=True)
+    if not located.nbytes:
+        return located.copy()
+    start = located.ctypes.data - mapping.ctypes.data
+    if start < 0 or start + located.nbytes > len(mapping):
+        raise ValueError(f"column of type {column.type} is not a buffer of the file")
+    return mapping[start : start + located.nbytes].view(dtype=located.dtype, type=np.ndarray)
+
+
+def parquet_columns(folder: Path, names: list[str]) -> dict[str, np.ndarray]:
+    """The columns of an entry in the earlier layout (Parquet shards), concatenated in memory."""
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(folder / name) for name in names]
+
+    def values(chunks: pa.ChunkedArray) -> np.ndarray:
+        array = chunks.combine_chunks()
+        return (array.flatten() if pa.types.is_fixed_size_list(array.type) else array).to_numpy()
+
+    return {
+        column: np.concatenate([values(table[column]) for table in tables])
+        for column in tables[0].column_names
+    }
+
+
+def teacher_set(manifest: dict, columns: dict[str, np.ndarray]) -> TeacherSet:
+    """The TeacherSet of an entry's flat columns, shaped as the manifest says (views)."""
+    shapes = {"noise": manifest["shape"], "endpoint": manifest["shape"], **manifest["shapes"]}
+    tensors = {
+        name: torch.from_numpy(columns[name]).reshape(-1, *shape) for name, shape in shapes.items()
+    }
     spec = manifest.get("teacher")
     return TeacherSet(
-        whole["seed"],
-        whole["noise"],
-        whole["endpoint"],
+        torch.from_numpy(columns["seed"]),
+        tensors["noise"],
+        tensors["endpoint"],
         manifest["key"],
-        whole.get("cond"),
-        whole.get("observed"),
-        whole.get("states"),
+        tensors.get("cond"),
+        tensors.get("observed"),
+        tensors.get("states"),
         tuple(manifest.get("state_sigmas", ())),
         SolverSpec.from_dict(spec) if spec else DEFAULT_TEACHER,
     )
