@@ -193,7 +193,12 @@ def auto_fit(digits, teacher, monkeypatch, free: int, seconds: tuple[float, floa
     """The memory record of an auto fit on a device with `free` bytes whose backbone calls cost
     `seconds` (fixed, per row): the probe's timings replaced, its memory as measured."""
     measure = plan_module.probe_fit
-    monkeypatch.setattr(plan_module, "probe_fit", lambda *a: replace(measure(*a), seconds=seconds))
+
+    def timed_as_told(*args):
+        probe = measure(*args)
+        return replace(probe, backbone=replace(probe.backbone, seconds=seconds))
+
+    monkeypatch.setattr(plan_module, "probe_fit", timed_as_told)
     monkeypatch.setattr(plan_module, "free_bytes", lambda device: free)
     settings = FitSettings(iterations=2, batch_size=6, validation=0, checkpoint="auto")
     solver = build(SolverSpec("dyweight", 5), digits)

@@ -76,6 +76,12 @@ class AdversarialLoss:
         self.critic: Critic | None = None
         self.optimizer: torch.optim.Optimizer | None = None
 
+    @property
+    def networks(self) -> list[nn.Module]:
+        """The distillation loss's networks and f, once built."""
+        own = [self.critic] if self.critic is not None else []
+        return [*getattr(self.distill, "networks", []), *own]
+
     def __call__(self, student: Tensor, teacher: Tensor) -> Tensor:
         value = self.distill(student, teacher)
         if not torch.is_grad_enabled():

@@ -14,6 +14,9 @@ a function of (student, target) → scalar.
     adversarial  ℓ = ℓ_distill + w · mean softplus(−(f(D(x̂)) − f(D(x*))))   f: a discriminator
                trained during the fit (GAS; `adversarial.py`), for image backbones
 
+Under a fit's half precision (`memory.py`) the networks run under autocast and their features are
+cast to float32 before the difference and the mean: the reduction stays float32.
+
 φ reads the decoded images as the FID protocol does (x · 127.5 + 128, clipped) but without
 rounding, so gradients reach the solver. Feature losses fit what FID measures; `pooled` fits what
 the nowcasting scores CSI, CSI-4 and CSI-16 measure (fields max-pooled by 1, 4 and 16), cheaply.
@@ -53,6 +56,18 @@ def check_loss_options(name: str, options: dict[str, Any]) -> None:
             raise SettingsError(f"loss {name!r} needs the option {parameter.name!r}; {takes}")
 
 
+def holding(loss: LossFn, *networks: torch.nn.Module) -> LossFn:
+    """`loss`, marked with the frozen networks it computes with (`loss.networks`): the weights a
+    fit's memory plan counts for it."""
+    loss.networks = list(networks)  # type: ignore[attr-defined]
+    return loss
+
+
+def loss_networks(loss: LossFn) -> list[torch.nn.Module]:
+    """The networks a loss computes with (`holding`); none for a loss of tensors alone."""
+    return list(getattr(loss, "networks", []))
+
+
 def mean_squared_error(student: Tensor, teacher: Tensor) -> Tensor:
     """ℓ = mean over samples and pixels of (x̂ − x*)²."""
     return (student - teacher).square().mean()
@@ -74,10 +89,10 @@ def feature_mse(detector_name: str, decode: Decode) -> LossFn:
     def loss(student: Tensor, teacher: Tensor) -> Tensor:
         detector.to(student.device)
         with torch.no_grad():
-            target = detector.float_features(decode(teacher))
-        return (detector.float_features(decode(student)) - target).square().mean()
+            target = detector.float_features(decode(teacher)).float()
+        return (detector.float_features(decode(student)).float() - target).square().mean()
 
-    return loss
+    return holding(loss, detector.extractor)
 
 
 @LOSSES.register("inception")
@@ -134,11 +149,11 @@ def latent_and_dinov2(decode: Decode, dinov2_path: str | Path, c: float = 0.1) -
     def loss(student: Tensor, target: Tensor) -> Tensor:
         features.to(student.device)
         with torch.no_grad():
-            target_features = features(decode(target))
+            target_features = features(decode(target)).float()
         latent = (student - target).square().mean()
-        return c * latent + (features(decode(student)) - target_features).square().mean()
+        return c * latent + (features(decode(student)).float() - target_features).square().mean()
 
-    return loss
+    return holding(loss, features)
 
 
 @LOSSES.register("adversarial")

@@ -69,44 +69,62 @@ class CallCost:
 
 
 @dataclass(frozen=True)
-class FitProbe:
-    """What the probe measured (module docstring), per sample."""
+class BackboneProbe:
+    """A backbone call at batch 1 under one precision (module docstring)."""
 
     call: CallCost
     blocks: CallCost | None
-    loss: CallCost
-    solver: CallCost
+    """The call with its blocks recomputed; None for a backbone without blocks."""
+    nograd: int
+    """Peak bytes of the call without gradients."""
     input: int
-    """Bytes of one call's input, what a recomputed call keeps."""
-    nograd_call: int
-    nograd_solver: int
+    """Bytes of the call's input, what a recomputed call keeps."""
+    seconds: tuple[float, float]
+    """(t_0, t_1): a call's fixed and per-row seconds."""
+
+
+@dataclass(frozen=True)
+class SolverProbe:
+    """The solver's own arithmetic over one rollout of one sample (module docstring)."""
+
+    rollout: CallCost
+    nograd: int
     rows: int
     """Backbone rows per sample over a rollout (R)."""
     rows_per_call: int
     """Rows per sample of the widest call (r)."""
     optimizer: int
-    """Bytes of the solver's gradients and AdamW moments."""
-    seconds: tuple[float, float]
-    """(t_0, t_1): a call's fixed and per-row seconds."""
+    """Bytes of the trainable parameters' gradients and AdamW moments."""
+
+
+@dataclass(frozen=True)
+class FitProbe:
+    """What a fit's memory is predicted from (module docstring), per sample."""
+
+    backbone: BackboneProbe
+    solver: SolverProbe
+    loss: CallCost
 
     def peak(self, checkpoint: str, samples: int) -> int:
         """Predicted working bytes of an update in passes of `samples` (module docstring)."""
-        call = self.blocks if checkpoint == "blocks" and self.blocks else self.call
+        model, solver = self.backbone, self.solver
+        call = model.blocks if checkpoint == "blocks" and model.blocks else model.call
         if checkpoint == "calls":
-            kept, transient = self.input, self.call.peak
+            kept, transient = model.input, call.peak
         else:
             kept, transient = call.kept, call.peak - call.kept
-        backward = max(self.loss.peak, self.rows_per_call * transient)
-        return samples * (self.rows * kept + self.solver.peak + backward) + self.optimizer
+        backward = max(self.loss.peak, solver.rows_per_call * transient)
+        per_sample = solver.rows * kept + solver.rollout.peak + backward
+        return samples * per_sample + solver.optimizer
 
     def rollout_peak(self, samples: int) -> int:
         """Predicted bytes of a rollout without gradients of `samples` samples."""
-        return samples * (self.rows_per_call * self.nograd_call + self.nograd_solver)
+        return samples * (self.solver.rows_per_call * self.backbone.nograd + self.solver.nograd)
 
     def seconds_per_update(self, checkpoint: str, batch: int, samples: int) -> float:
         """The cost model's time of an update of `batch` in passes of `samples`."""
-        fixed, per_row = self.seconds
-        calls = self.rows * (math.ceil(batch / samples) * fixed + batch * per_row)
+        fixed, per_row = self.backbone.seconds
+        calls = self.solver.rows * (math.ceil(batch / samples) * fixed + batch * per_row)
         return calls * (RECOMPUTE_COST if checkpoint != "none" else 1.0)
 
 
@@ -203,7 +221,7 @@ def counted_rows(solver: Solver, x: Tensor) -> list[int]:
 
     def stand_in(state: Tensor, sigma: Tensor) -> Tensor:
         rows.append(len(state))
-        return state * 0.5
+        return stand_in_model(state, sigma)
 
     with torch.no_grad():
         solver(stand_in, x)
@@ -215,17 +233,14 @@ def stand_in_model(state: Tensor, sigma: Tensor) -> Tensor:
     return state * 0.5
 
 
-def probe_fit(
-    solver: Solver, backbone: Backbone, train: TeacherSet, precision: str, loss_fn: Callable
-) -> FitProbe:
-    """Measure what the module docstring predicts from, on the solver's device."""
-    device = solver_device(solver)
-    part = train.subset(slice(0, 1))
-    x = backbone.prior(part.noise.to(device))
+def probe_backbone(
+    backbone: Backbone, one: TeacherSet, precision: str, device: torch.device
+) -> BackboneProbe:
+    """One call of the backbone on the first sample of `one`, at σ = √(σ_min σ_max)."""
+    x = backbone.prior(one.noise[:1].to(device))
     sigma = torch.as_tensor(math.sqrt(backbone.sigma_min * backbone.sigma_max), device=device)
-    denoiser = autocast_float32(
-        conditioned(backbone, on_device(part.cond, device)), precision, device
-    )
+    cond = on_device(None if one.cond is None else one.cond[:1], device)
+    denoiser = autocast_float32(conditioned(backbone, cond), precision, device)
 
     def call(state: Tensor) -> Tensor:
         return denoiser(state, sigma)
@@ -235,26 +250,42 @@ def probe_fit(
     if backbone.blocks():
         with blocks_recomputed(backbone.blocks()):
             blocks = call_cost(call, x, weights, device)
+    plain = call_cost(call, x, weights, device)
     with torch.no_grad():
         nograd = device_peak(device, lambda: call(x))
-        one = timed(device, lambda: call(x))
-        two = timed(device, lambda: call(torch.cat([x, x])))
-        nograd_solver = device_peak(device, lambda: solver(stand_in_model, x))
-    rows = counted_rows(solver, x)
+        one_row = timed(device, lambda: call(x))
+        two_rows = timed(device, lambda: call(torch.cat([x, x])))
+    seconds = (max(2 * one_row - two_rows, 0.0), max(two_rows - one_row, 0.0))
+    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), seconds)
+
+
+def probe_solver(solver: Solver, x: Tensor) -> SolverProbe:
+    """The solver's rollout from the state x (one sample) with the stand-in model."""
+    device = x.device
     params = list(solver.parameters())
+    with torch.no_grad():
+        nograd = device_peak(device, lambda: solver(stand_in_model, x))
+    rows = counted_rows(solver, x)
     trained = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    return FitProbe(
-        call=call_cost(call, x, weights, device),
-        blocks=blocks,
-        loss=loss_cost(loss_fn, part.endpoints.to(device), precision, device),
-        solver=call_cost(lambda state: solver(stand_in_model, state), x, params, device),
-        input=x.numel() * x.element_size(),
-        nograd_call=nograd,
-        nograd_solver=nograd_solver,
+    return SolverProbe(
+        rollout=call_cost(lambda state: solver(stand_in_model, state), x, params, device),
+        nograd=nograd,
         rows=max(1, sum(rows)),
         rows_per_call=max(rows or [1]),
         optimizer=3 * trained,
-        seconds=(max(2 * one - two, 0.0), max(two - one, 0.0)),
+    )
+
+
+def probe_fit(
+    solver: Solver, backbone: Backbone, train: TeacherSet, precision: str, loss_fn: Callable
+) -> FitProbe:
+    """Measure what the module docstring predicts from, on the solver's device."""
+    device = solver_device(solver)
+    one = train.subset(slice(0, 1))
+    return FitProbe(
+        probe_backbone(backbone, one, precision, device),
+        probe_solver(solver, backbone.prior(one.noise.to(device))),
+        loss_cost(loss_fn, one.endpoints.to(device), precision, device),
     )
 
 
