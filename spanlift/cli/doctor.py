@@ -31,6 +31,18 @@ def add_doctor_options(doctor: argparse.ArgumentParser) -> None:
         "cpu runs them on the CPU; none skips them",
     )
     doctor.add_argument("--batch", type=int, default=500, help="batch of the throughput figures")
+    doctor.add_argument(
+        "--memory",
+        action="store_true",
+        help="instead: the sweep's predicted peak memory per GPU, of every configuration's fit "
+        "and evaluation, from a probe of its backbone on this machine, and the memory settings "
+        "that make each fit",
+    )
+    doctor.add_argument(
+        "--gpu-memory",
+        type=float,
+        help="GiB of one GPU of the cluster, for --memory (default: this machine's GPU, else 80)",
+    )
 
 
 def chosen_device(choice: str) -> tuple[Any, str]:
@@ -57,13 +69,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from spanlift.platform.doctor.environment import environment_checks
     from spanlift.platform.doctor.report import Outcome, checked
 
-    device, why = chosen_device(args.device)
     outcomes = []
 
     def show(outcome: Outcome) -> None:
         outcomes.append(outcome)
         print(outcome.line(), flush=True)
 
+    if args.memory:
+        return memory_plan(args, show, outcomes)
+    device, why = chosen_device(args.device)
     for name, body in environment_checks(args.sweep, args.address, args.tracking_uri, args.storage):
         show(checked(name, body))
     if device is None:
@@ -74,6 +88,41 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"on {device}: every solver, fit, a DDP fit and the FID detector", file=sys.stderr)
         for outcome in run_device_checks(device, batch=args.batch):
             show(outcome)
+    return summary(outcomes)
+
+
+def summary(outcomes: list[Any]) -> int:
+    """The last line, and the status: 1 when a check failed."""
     counts = {s: sum(o.status == s for o in outcomes) for s in ("pass", "FAIL", "skip")}
     print(f"doctor: {counts['pass']} passed, {counts['FAIL']} failed, {counts['skip']} skipped")
     return 1 if counts["FAIL"] else 0
+
+
+def memory_plan(args: argparse.Namespace, show: Any, outcomes: list[Any]) -> int:
+    """`--memory`: each configuration's fit and evaluation against one GPU's memory."""
+    import torch
+
+    from spanlift.errors import SettingsError
+    from spanlift.platform.doctor.memory import memory_outcomes
+    from spanlift.platform.sweep.config import load_sweep
+
+    if args.sweep is None:
+        raise SettingsError("--memory needs a sweep file: spanlift doctor --memory SWEEP")
+    config = load_sweep(args.sweep)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    gib = args.gpu_memory
+    if gib is None:
+        gib = (
+            torch.cuda.get_device_properties(0).total_memory / 2**30
+            if device.type == "cuda"
+            else 80.0
+        )
+    if gib <= 0:
+        raise SettingsError(f"--gpu-memory: expected GiB > 0, got {gib}")
+    print(
+        f"memory of {args.sweep} per GPU of {gib:g} GiB (15 % kept free), probed on {device}",
+        file=sys.stderr,
+    )
+    for outcome in memory_outcomes(config, int(gib * 2**30), device):
+        show(outcome)
+    return summary(outcomes)
