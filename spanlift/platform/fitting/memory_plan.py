@@ -135,7 +135,7 @@ def choose(
     predicted peak is within `budget`; a SettingsError naming what one sample needs when none
     is."""
     options = [
-        (probe.seconds_per_update(checkpoint, batch, samples), rank, checkpoint, samples)
+        (probe.seconds_per_update(checkpoint, batch, samples), rank, -samples, checkpoint)
         for rank, checkpoint in enumerate(checkpoints)
         for samples in sizes
         if probe.peak(checkpoint, samples) <= budget
@@ -148,7 +148,8 @@ def choose(
             f"{budget / 2**30:.2f} GiB are free to plan (free memory less {MARGIN:.0%}): use a "
             "device with more memory, or precision bfloat16"
         )
-    *_, checkpoint, samples = min(options)  # ties: the earlier of `checkpoints`
+    _, _, fewest, checkpoint = min(options)  # ties: the earlier checkpoint, then fewer passes
+    samples = -fewest
     return checkpoint, samples
 
 
