@@ -158,8 +158,8 @@ def memory_plan(
 ) -> MemoryPlan:
     """The plan a fit runs with: what its settings ask, or with `checkpoint: auto` what the probe
     of `loss_fn` (the endpoint loss) and the backbone chooses on the solver's device, with its
-    predicted peak. A `micro_batch` given beside `auto` is kept; auto then chooses the
-    checkpoint alone."""
+    predicted peak. A `micro_batch` given beside `auto` is kept, and a loss that trains its own
+    network takes one pass per update: auto then chooses the checkpoint alone."""
     batch = rank_batch(settings)
     plan = MemoryPlan.of(settings.checkpoint, settings.precision, settings.micro_batch, batch)
     blocks = bool(backbone.blocks())
@@ -174,7 +174,8 @@ def memory_plan(
     probe = probe_fit(solver, backbone, train, settings.precision, loss_fn)
     budget = int(free_bytes(device) * (1 - MARGIN))
     checkpoints = ("none", "calls", "blocks") if blocks else ("none", "calls")
-    sizes = [min(settings.micro_batch, batch)] if settings.micro_batch else halvings(batch)
+    whole = settings.micro_batch or (batch if stateful(loss_fn) else 0)  # one pass per update
+    sizes = [min(whole, batch)] if whole else halvings(batch)
     checkpoint, samples = choose(probe, batch, budget, checkpoints, sizes)
     fitting = [s for s in halvings(VALIDATION_BATCH) if probe.rollout_peak(s) <= budget]
     return replace(
