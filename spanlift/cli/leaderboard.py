@@ -30,7 +30,8 @@ def add_leaderboard_options(board: argparse.ArgumentParser) -> None:
     board.add_argument(
         "--columns",
         default="",
-        help="other metrics to show, comma-separated, e.g. error_median,error_p90",
+        help="other metrics to show, comma-separated, e.g. error_median,error_p90; run_id: the "
+        "run id of each row (its first replicate's), for spanlift rerun",
     )
     board.add_argument("--csv", type=Path, help="also write the table as CSV")
     board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
