@@ -18,6 +18,7 @@ from spanlift.cli.options import (
     field_values,
     parse_settings,
 )
+from spanlift.cli.paths import OUTPUT, path_option
 from spanlift.errors import SettingsError
 
 FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed", "weight_decay", "loss")
@@ -40,9 +41,17 @@ DEMO_SOLVERS = [
 def add_commands(sub: Any) -> None:
     """`spanlift fit` and `spanlift demo`."""
     summary = "fit one solver by endpoint teacher matching and score it"
-    command(sub, "fit", summary, cmd_fit, add_one_fit_options)
+    command(sub, "fit", summary, cmd_fit, add_one_fit_options, kept=fits_kept)
     summary = "fit and compare solvers on the embedded digits backbone"
-    command(sub, "demo", summary, cmd_demo, add_demo_options)
+    command(sub, "demo", summary, cmd_demo, add_demo_options, kept=fits_kept)
+
+
+def fits_kept(args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves: the fits that finished and the teacher sets, which a new run reuses."""
+    return (
+        f"finished fits are kept in {args.out} and teacher sets in {args.cache}; the same command "
+        "reuses them"
+    )
 
 
 def add_one_fit_options(parser: argparse.ArgumentParser) -> None:
@@ -77,8 +86,8 @@ def add_fit_options(parser: argparse.ArgumentParser, out: str) -> None:
         "loss option, e.g. dinov2_path=models/dinov2-base or c=0.1 (values read as YAML)",
     )
     add_field_options(parser, TeacherConfig, TEACHER_OPTIONS)
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
-    parser.add_argument("--out", type=Path, default=Path(out), help="folder for checkpoints")
+    path_option(parser, "--cache", OUTPUT, default=DEFAULT_CACHE, help="teacher cache folder")
+    path_option(parser, "--out", OUTPUT, default=Path(out), help="folder for checkpoints")
     parser.add_argument(
         "--deterministic",
         action="store_true",
