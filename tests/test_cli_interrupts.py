@@ -103,7 +103,7 @@ def test_ctrl_c_during_a_fit_stops_it_and_says_what_is_kept(tmp_path, monkeypatc
     argv += ["--iterations", "100000", "--train-samples", "64", "--test-samples", "16"]
     timer = interrupt_after(3.0)
     try:
-        code = main(argv)
+        code = main([*argv, "--no-tracking"])
     except KeyboardInterrupt:
         pytest.fail("the interrupt reached the caller")
     finally:

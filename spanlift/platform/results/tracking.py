@@ -17,6 +17,7 @@ from spanlift.platform.tracking.runs import (
     solver_params,
     source_tags,
 )
+from spanlift.seeds import describe
 from spanlift.solvers import SolverSpec
 
 
@@ -39,6 +40,19 @@ def configuration_params(configuration: Configuration) -> dict[str, Any]:
     }
 
 
+def seed_params(seeds: dict[str, range]) -> dict[str, Any]:
+    """The seeds of each role a replicate used (training, validation, test), as its run records
+    them: the leaderboard ranks only runs scored on the same test seeds."""
+    train, test = seeds["train"], seeds["test"]
+    return {
+        "teacher.train_samples": len(train),
+        "teacher.train_seeds": describe(train),
+        "teacher.validation_seeds": describe(seeds["validation"]),
+        "teacher.test_seeds": f"{test.start}..{test.stop - 1}",
+        "teacher.test_samples": len(test),
+    }
+
+
 def command_tags(command: str) -> dict[str, str]:
     """Tags of a run made by `spanlift <command>`: the command, the code version, MLflow's
     source tags."""
@@ -58,9 +72,11 @@ def record_result(
     metrics: dict[str, float],
     files: list[Path],
     measured: dict[str, Any] | None = None,
+    histories: dict[str, Any] | None = None,
 ) -> str:
     """A new finished run of `configuration` (repeated evaluations sit side by side): `params`
-    known before, `measured` params known after the evaluation; returns its id."""
+    known before, `measured` params known after the evaluation, metric `histories` (a fit's
+    curves); returns its id."""
     run_id = runs.create(configuration.key(), name, params, tags)
-    runs.finish(run_id, metrics, files, measured)
+    runs.finish(run_id, metrics, files, measured, histories)
     return run_id
