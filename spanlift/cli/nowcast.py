@@ -86,7 +86,9 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
     from spanlift.nowcasting.windows import SplitSettings
     from spanlift.platform.fitting.fit import FitSettings
 
-    path_option(ev, "--data", INPUT, default=Path("data/sevir_synth"), help="SEVIR folder or store")
+    ev.add_argument(  # a missing folder: the backbone says how to make synthetic storms there
+        "--data", type=Path, default=Path("data/sevir_synth"), help="SEVIR folder or store"
+    )
     ev.add_argument(
         "--solvers",
         default="ddim,dpm_solver_pp,spanlift",

@@ -6,7 +6,7 @@ from typing import Any
 
 from spanlift.cli.nowcast import NOWCAST_UNET
 from spanlift.cli.options import command
-from spanlift.cli.paths import INPUT, OUTPUT, path_option
+from spanlift.cli.paths import OUTPUT, path_option
 
 DIGITS_UNET = "spanlift/backbones/weights/digits_unet.pt"
 DETECTOR = "spanlift/platform/detectors/weights/<detector>_detector.pt"
@@ -52,7 +52,9 @@ def detector_options(detector: argparse.ArgumentParser) -> None:
 
 
 def nowcast_options(nowcast: argparse.ArgumentParser) -> None:
-    path_option(nowcast, "--data", INPUT, default=Path("data/sevir_train"), help="SEVIR folder")
+    nowcast.add_argument(  # a missing folder: the backbone says how to make synthetic storms
+        "--data", type=Path, default=Path("data/sevir_train"), help="SEVIR folder"
+    )
     nowcast.add_argument("--steps", type=int, default=3000, help="training steps")
     nowcast.add_argument("--seed", type=int, default=0, help="training seed")
     path_option(nowcast, "--out", OUTPUT, default=Path(NOWCAST_UNET), help="weights file")
