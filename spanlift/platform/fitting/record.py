@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from spanlift.backbones import Backbone
-from spanlift.platform.configuration import Configuration, code_version
+from spanlift.platform.configuration import Configuration
 from spanlift.platform.fitting.compare import Row, fit_configuration, set_digest
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.resolved import ResolvedConfiguration, write_resolved
@@ -25,7 +25,8 @@ from spanlift.platform.results.provenance import run_environment
 from spanlift.platform.results.tracking import (
     command_tags,
     configuration_params,
-    record_result,
+    finished_run,
+    record_once,
     seed_params,
 )
 from spanlift.platform.sampling.teacher import TeacherSet
@@ -85,9 +86,9 @@ class FitRecording:
 def record_fit(recording: FitRecording, row: Row, settings: FitSettings) -> tuple[str, bool]:
     """The replicate's run id, and whether it was recorded now (False: found, recorded before)."""
     configuration = recording.configuration(row, settings)
-    earlier = recording.runs.find(configuration.key(), code_version())
-    if earlier is not None and earlier.status == "FINISHED":
-        return earlier.run_id, False
+    earlier = finished_run(recording.runs, configuration)
+    if earlier is not None:
+        return earlier, False
     fitted, scored = row.fitted, row.scored
     with tempfile.TemporaryDirectory() as folder:
         files = [
@@ -95,7 +96,7 @@ def record_fit(recording: FitRecording, row: Row, settings: FitSettings) -> tupl
             write_resolved(Path(folder), recording.resolved(row, settings)),
             *([fitted.path] if fitted.path else []),
         ]
-        run_id = record_result(
+        run_id = record_once(
             recording.runs,
             configuration,
             run_name(row.spec),
@@ -103,6 +104,6 @@ def record_fit(recording: FitRecording, row: Row, settings: FitSettings) -> tupl
             command_tags("fit"),
             {**scored.metrics(), **fitted.metrics()},
             files,
-            histories=fitted.histories(),
+            fitted.histories(),
         )
     return run_id, True

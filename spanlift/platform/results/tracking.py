@@ -63,6 +63,31 @@ def command_tags(command: str) -> dict[str, str]:
     }
 
 
+def finished_run(runs: ConfigurationRuns, configuration: Configuration) -> str | None:
+    """The id of the configuration's finished run made by this version of the code, if any."""
+    earlier = runs.find(configuration.key(), code_version())
+    return earlier.run_id if earlier is not None and earlier.status == "FINISHED" else None
+
+
+def record_once(
+    runs: ConfigurationRuns,
+    configuration: Configuration,
+    name: str,
+    params: dict[str, Any],
+    tags: dict[str, str],
+    metrics: dict[str, float],
+    files: list[Path],
+    histories: dict[str, Any] | None = None,
+) -> str:
+    """The configuration's one run, as a sweep's replicate has: a run of the same code version
+    (`tags`, from `command_tags`) that an interruption left unfinished is reopened
+    (`ConfigurationRuns.open`), else a new one is made; then finished with `metrics`, `files` and
+    metric `histories` (a fit's curves). Returns its id."""
+    run_id = runs.open(configuration.key(), name, params, tags)
+    runs.finish(run_id, metrics, files, histories=histories)
+    return run_id
+
+
 def record_result(
     runs: ConfigurationRuns,
     configuration: Configuration,
@@ -72,11 +97,9 @@ def record_result(
     metrics: dict[str, float],
     files: list[Path],
     measured: dict[str, Any] | None = None,
-    histories: dict[str, Any] | None = None,
 ) -> str:
     """A new finished run of `configuration` (repeated evaluations sit side by side): `params`
-    known before, `measured` params known after the evaluation, metric `histories` (a fit's
-    curves); returns its id."""
+    known before, `measured` params known after the evaluation; returns its id."""
     run_id = runs.create(configuration.key(), name, params, tags)
-    runs.finish(run_id, metrics, files, measured, histories)
+    runs.finish(run_id, metrics, files, measured)
     return run_id
