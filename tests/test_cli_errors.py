@@ -22,6 +22,7 @@ CASES = [
     # (id, argv, status, what the line names)
     ("fit-out", ["fit", *SOLVER, *SMALL_FIT, "--out", UNWRITABLE], 2, "--out"),
     ("fit-cache", ["fit", *SOLVER, *SMALL_FIT, "--cache", UNWRITABLE], 2, "--cache"),
+    ("fit-out-file", ["fit", *SOLVER, *SMALL_FIT, "--out", "{root}/README.md"], 2, "a file"),
     ("fit-uri", ["fit", *SOLVER, *SMALL_FIT, "--tracking-uri", NO_STORE], 2, "no/such/dir"),
     ("demo-out", ["demo", "--backbone", "gmm", *SMALL_FIT, "--out", UNWRITABLE], 2, "--out"),
     ("sweep-file", ["sweep", "absent.yaml"], 2, "absent.yaml"),

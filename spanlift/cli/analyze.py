@@ -21,7 +21,7 @@ from spanlift.cli.options import (
     parse_settings,
     positive,
 )
-from spanlift.cli.paths import INPUT, OUTPUT, path_option
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 from spanlift.errors import CheckpointError, SettingsError
 
 OUT_ROOT = Path("runs") / "analyze"
@@ -145,7 +145,7 @@ def out_of_span_options(span: argparse.ArgumentParser) -> None:
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
     name = p.prog.split()[-1]
-    path_option(p, "--out", OUTPUT, help=f"output folder (default {OUT_ROOT / name})")
+    path_option(p, "--out", FOLDER, help=f"output folder (default {OUT_ROOT / name})")
     p.add_argument("--experiment", default="analyze", help="MLflow experiment")
     add_tracking_options(p)
 

@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from spanlift.cli.options import add_tracking_uri, command
-from spanlift.cli.paths import INPUT, OUTPUT, path_option
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 
 DEVICES = ("auto", "cuda", "cpu", "none")
 
@@ -24,7 +24,7 @@ def add_doctor_options(doctor: argparse.ArgumentParser) -> None:
     )
     add_tracking_uri(doctor)
     path_option(
-        doctor, "--storage", OUTPUT, type=str, help="results folder (default: the sweep file's)"
+        doctor, "--storage", FOLDER, type=str, help="results folder (default: the sweep file's)"
     )
     doctor.add_argument(
         "--device",

@@ -15,7 +15,7 @@ from spanlift.cli.options import (
     command,
     parse_settings,
 )
-from spanlift.cli.paths import INPUT, OUTPUT, path_option
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 from spanlift.seeds import FID_FIRST_SEED
 
 REFERENCE_OPTIONS = ("reference", "reference_samples", "lpips_weights", "image_reward_weights")
@@ -64,7 +64,7 @@ def add_eval_options(ev: argparse.ArgumentParser) -> None:
     )
     path_option(ev, "--detector-weights", INPUT, help="detector weights file")
     add_field_options(ev, EvaluationConfig, REFERENCE_OPTIONS, paths=WEIGHTS)
-    path_option(ev, "--cache-dir", OUTPUT, default=Path("runs/eval-cache"), help="cache folder")
+    path_option(ev, "--cache-dir", FOLDER, default=Path("runs/eval-cache"), help="cache folder")
     ev.add_argument("--experiment", help="MLflow experiment (default: eval-<backbone>)")
     add_tracking_options(ev)
     add_ray_options(ev)

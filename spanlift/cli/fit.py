@@ -21,7 +21,7 @@ from spanlift.cli.options import (
     field_values,
     parse_settings,
 )
-from spanlift.cli.paths import OUTPUT, path_option
+from spanlift.cli.paths import FOLDER, path_option
 from spanlift.errors import SettingsError
 
 FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed", "weight_decay", "loss")
@@ -93,8 +93,8 @@ def add_fit_options(parser: argparse.ArgumentParser, out: str) -> None:
         "loss option, e.g. dinov2_path=models/dinov2-base or c=0.1 (values read as YAML)",
     )
     add_field_options(parser, TeacherConfig, TEACHER_OPTIONS)
-    path_option(parser, "--cache", OUTPUT, default=DEFAULT_CACHE, help="teacher cache folder")
-    path_option(parser, "--out", OUTPUT, default=Path(out), help="folder for checkpoints")
+    path_option(parser, "--cache", FOLDER, default=DEFAULT_CACHE, help="teacher cache folder")
+    path_option(parser, "--out", FOLDER, default=Path(out), help="folder for checkpoints")
     parser.add_argument(
         "--deterministic",
         action="store_true",

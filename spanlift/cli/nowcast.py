@@ -15,7 +15,7 @@ from spanlift.cli.options import (
     parse_settings,
     positive,
 )
-from spanlift.cli.paths import INPUT, OUTPUT, path_option
+from spanlift.cli.paths import FOLDER, INPUT, OUTPUT, path_option
 
 NOWCAST_UNET = "spanlift/backbones/weights/nowcast_unet.pt"
 ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
@@ -47,7 +47,7 @@ def files_kept(args: argparse.Namespace) -> str:
 def synth_options(synth: argparse.ArgumentParser) -> None:
     synth.add_argument("--events", type=int, default=64, help="storm events")
     synth.add_argument("--seed", type=int, default=0, help="seed of the storms")
-    path_option(synth, "--out", OUTPUT, default=Path("data/sevir_synth"), help="folder")
+    path_option(synth, "--out", FOLDER, default=Path("data/sevir_synth"), help="folder")
 
 
 def add_prepare(steps: Any) -> None:
@@ -113,8 +113,8 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
     add_backbone_options(ev, default="nowcast")  # prediff: PreDiff's release, docs/nowcasting.md
     ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors")
     path_option(ev, "--lpips-weights", INPUT, help=f"AlexNet weights (default {ALEXNET_HINT})")
-    path_option(ev, "--cache", OUTPUT, default=DEFAULT_CACHE, help="teacher cache folder")
-    path_option(ev, "--out", OUTPUT, default=Path("runs/nowcast"), help="results folder")
+    path_option(ev, "--cache", FOLDER, default=DEFAULT_CACHE, help="teacher cache folder")
+    path_option(ev, "--out", FOLDER, default=Path("runs/nowcast"), help="results folder")
     ev.add_argument("--experiment", help="MLflow experiment (default: nowcast-<data folder>)")
     add_tracking_options(ev)
     add_ray_options(ev)

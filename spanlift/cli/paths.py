@@ -1,9 +1,10 @@
 """The paths a command line names, checked before the command starts its work.
 
-A command declares each path option with `path_option(parser, flag, role)`: an `OUTPUT` (a folder
-or file it will write: the nearest existing folder must take a new file), an `INPUT` (a file or
-folder it reads: it must exist) or a `STORE` (an MLflow tracking URI: a local store's folder must
-exist, so a mistyped URI is not made a new store). `check_paths` runs every declared check on the
+A command declares each path option with `path_option(parser, flag, role)`: an `OUTPUT` (a file
+it will write: the nearest existing folder must take a new file), a `FOLDER` (an output folder:
+the same, and not an existing file), an `INPUT` (a file or folder it reads: it must exist) or a
+`STORE` (an MLflow tracking URI: a local store's folder must exist, so a mistyped URI is not made
+a new store). `check_paths` runs every declared check on the
 parsed arguments; nothing is written by it. `option_of` names the option an OSError's file came
 from, so an error met later still says which option to change.
 """
@@ -41,6 +42,13 @@ def writable(shown: str, path: Any) -> None:
         ) from None
 
 
+def writable_folder(shown: str, path: Any) -> None:
+    """`path` is a folder that can be written, or can be made one."""
+    if "://" not in str(path) and Path(path).exists() and not Path(path).is_dir():
+        raise SettingsError(f"{named(shown, path)}: is a file, not a folder; choose a folder")
+    writable(shown, path)
+
+
 def existing(shown: str, path: Any) -> None:
     """`path` exists."""
     if not Path(path).exists():
@@ -54,7 +62,7 @@ def store(shown: str, uri: Any) -> None:
     check_local_store(str(uri))
 
 
-OUTPUT, INPUT, STORE = writable, existing, store
+OUTPUT, FOLDER, INPUT, STORE = writable, writable_folder, existing, store
 
 
 def declare(parser: argparse.ArgumentParser, action: argparse.Action, role: Check) -> None:

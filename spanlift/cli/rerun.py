@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from spanlift.cli.options import DEFAULT_CACHE, add_tracking_uri, command
-from spanlift.cli.paths import OUTPUT, path_option
+from spanlift.cli.paths import FOLDER, path_option
 
 COMPARED = ("rmse", "val_rmse", "error_median", "error_p90", "nfe")
 TOLERANCE = 1e-6
@@ -31,7 +31,7 @@ def rerun_kept(args: argparse.Namespace) -> str:
 def add_rerun_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", help="an MLflow run id (a leaderboard row's run_id)")
     add_tracking_uri(parser)
-    path_option(parser, "--cache", OUTPUT, default=DEFAULT_CACHE, help="teacher cache folder")
+    path_option(parser, "--cache", FOLDER, default=DEFAULT_CACHE, help="teacher cache folder")
     parser.add_argument(
         "--tolerance", type=float, default=TOLERANCE, help="largest relative difference accepted"
     )

@@ -5,7 +5,7 @@ from typing import Any
 
 from spanlift.cli.endings import stop_ray
 from spanlift.cli.options import add_tracking_uri, command
-from spanlift.cli.paths import INPUT, OUTPUT, path_option
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 from spanlift.errors import SettingsError
 from spanlift.platform.sweep.stages import Stages
 
@@ -47,7 +47,7 @@ def add_sweep_options(sweep: argparse.ArgumentParser) -> None:
     path_option(
         sweep,
         "--storage",
-        OUTPUT,
+        FOLDER,
         type=str,
         help="results folder, or a bucket: s3://bucket/prefix, gs://… (default: the YAML's storage)",
     )
