@@ -4,9 +4,9 @@ A command declares each path option with `path_option(parser, flag, role)`: an `
 it will write: the nearest existing folder must take a new file), a `FOLDER` (an output folder:
 the same, and not an existing file), an `INPUT` (a file or folder it reads: it must exist) or a
 `STORE` (an MLflow tracking URI: a local store's folder must exist, so a mistyped URI is not made
-a new store). `check_paths` runs every declared check on the
-parsed arguments; nothing is written by it. `option_of` names the option an OSError's file came
-from, so an error met later still says which option to change.
+a new store). `check_paths` runs every declared check on the parsed arguments, writing nothing.
+`option_of` names the option an OSError's file came from, so an error met later still says which
+option to change.
 """
 
 import argparse
