@@ -1,5 +1,7 @@
-"""Files: content hashes (cache keys, weights identities, verification) and atomic writes."""
+"""Files: content hashes (cache keys, weights identities, verification), atomic writes, and
+whether a path can be written before anything is."""
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -37,3 +39,20 @@ def atomic_write(path: Path) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(path: Path) -> None:
+    """Raise OSError (its `filename` the folder) unless a file could be created at `path`, or
+    inside it when it is an existing folder: the nearest folder that exists must take a new file.
+    Nothing is left behind (the probe file is unnamed, or removed as it closes)."""
+    path = Path(path)
+    folder = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if folder == path and not folder.is_dir():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, str(folder)) from None

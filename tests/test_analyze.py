@@ -302,7 +302,7 @@ def test_out_of_span_command(capsys, tmp_path, store, checkpoints) -> None:
 @pytest.mark.parametrize(
     ("argv", "shown"),
     [
-        (["ratio", "--checkpoint", "{missing}"], "checkpoint not found"),
+        (["ratio", "--checkpoint", "{missing}"], "no.pt: no such file or folder"),
         (["ratio", "--checkpoint", "{garbage}"], "not a spanlift checkpoint"),
         (["out-of-span", "--checkpoint", "{foreign}"], "not a spanlift solver checkpoint"),
         (["ratio", "--checkpoint", "{dyweight}"], "needs SpanLift checkpoints"),

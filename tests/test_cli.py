@@ -33,7 +33,8 @@ def test_backbones_lists_every_backbone(capsys):
 
 
 def small(tmp_path, argv=()):
-    """Options for a tiny, fast run on the Gaussian mixture, except those `argv` already sets."""
+    """Options for a tiny, fast run on the Gaussian mixture, recorded nowhere, except those
+    `argv` already sets."""
     defaults = {
         "--backbone": "gmm",
         "--cache": str(tmp_path / "cache"),
@@ -42,7 +43,8 @@ def small(tmp_path, argv=()):
         "--test-samples": "8",
         "--iterations": "4",
     }
-    return [item for key, value in defaults.items() if key not in argv for item in (key, value)]
+    chosen = [item for key, value in defaults.items() if key not in argv for item in (key, value)]
+    return [*chosen, "--no-tracking"]
 
 
 @pytest.mark.parametrize(

@@ -185,7 +185,7 @@ def test_cli_lists_it_fits_and_scores_fid_and_refuses_bad_input(edm_files, tmp_p
     ]
     fitted = spanlift(
         tmp_path, "fit", *options, "--solver", "dyweight", "--nfe", "3", "--iterations", "5",
-        "--train-samples", "16", "--test-samples", "8", "--batch-size", "8",
+        "--train-samples", "16", "--test-samples", "8", "--batch-size", "8", "--no-tracking",
     )  # fmt: skip
     assert fitted.returncode == 0, fitted.stderr
     assert "dyweight" in fitted.stdout and "checkpoint:" in fitted.stdout

@@ -114,13 +114,40 @@ def test_replicates_are_one_row_with_a_student_t_interval(store: Store, tmp_path
 
 def test_runs_recorded_before_validation_seeds_are_shown_marked(store: Store, tmp_path) -> None:
     log_replicate(store, tmp_path, "heun", "old", 0, errors_of(0.3, 0), None)
+    log_replicate(store, tmp_path, "heun", "older", 0, errors_of(0.4, 0), None)
     log_replicate(store, tmp_path, "ipndm", "old", 0, errors_of(0.9, 0), None)
     log_replicate(store, tmp_path, "ipndm", "new", 0, errors_of(1.0, 0), 0.5)
     rows = {e.solver: e for e in store.board()}
-    assert rows["heun"].chosen_on == "test"
+    assert (rows["heun"].configuration, rows["heun"].chosen_on) == ("old", "test")
     assert (rows["ipndm"].configuration, rows["ipndm"].chosen_on) == ("new", "validation")
     out = markdown(list(rows.values()), "rmse")
     assert "heun†" in out and "chosen on test values" in out
+
+
+def test_a_solvers_only_configuration_is_not_marked_as_chosen_on_test_values(
+    store: Store, tmp_path
+) -> None:
+    """The nowcast suite records one configuration per solver and no validation values: nothing
+    was chosen, on test values or otherwise, and the table says so."""
+    log_replicate(store, tmp_path, "ddim", "ddim", 0, errors_of(0.3, 0), None)
+    log_replicate(store, tmp_path, "spanlift", "spanlift", 0, errors_of(0.2, 0), None)
+    rows = store.board()
+    assert {e.chosen_on for e in rows} == {"only"}
+    for table in (markdown(rows, "rmse"), latex(rows, "rmse")):
+        assert "†" not in table and "dagger" not in table and "run the sweep" not in table
+        assert "nothing was chosen" in table
+
+
+def test_the_text_table_shows_run_ids_on_request(store: Store, tmp_path, capsys) -> None:
+    ids = [log_replicate(store, tmp_path, "heun", "h", s, errors_of(0.3, s), 0.1) for s in (0, 1)]
+    ids.append(log_replicate(store, tmp_path, "euler", "e", 0, errors_of(0.5, 0), 0.2))
+    assert main(store.command("--columns", "run_id,error_median")) == 0
+    table = capsys.readouterr().out
+    heun = next(line for line in table.splitlines() if " heun " in line)
+    assert ids[0] in heun and ids[1] not in heun  # a row's first replicate: rerun takes one id
+    assert any(ids[2] in line and " euler " in line for line in table.splitlines())
+    assert main(store.command("--columns", "run_id", "--format", "markdown")) == 0
+    assert ids[2] in capsys.readouterr().out
 
 
 def independent_bootstrap(

@@ -93,7 +93,7 @@ def test_the_same_sweep_gives_the_same_numbers_whatever_its_order_and_concurrenc
         "--set", "base=dyweight", "--set", "kernel_size=1", "--set", "hidden_dim=16",
         "--iterations", "60", "--batch-size", "16", "--lr", "0.005", "--seed", "0",
         "--train-samples", "256", "--validation-samples", "128", "--test-samples", "128",
-        "--threads", "1",
+        "--threads", "1", "--no-tracking",
     )  # fmt: skip
     assert fitted.returncode == 0, fitted.stdout + fitted.stderr
     checkpoint = first / fitted.stdout.split("checkpoint: ")[1].split()[0]

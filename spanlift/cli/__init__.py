@@ -18,8 +18,11 @@
     spanlift doctor [sweeps/edm_cifar10.yaml] [--address auto] [--device cpu]   ready to sweep?
 
 One module per group of commands, each adding its commands with `add_commands`; their options
-come from the typed settings (`spanlift.cli.options`). User errors print one line and exit with
-status 2; bugs keep their traceback.
+come from the typed settings (`spanlift.cli.options`). Every command ends the same way
+(`spanlift.cli.endings`): the paths its options name are checked before its work starts
+(`spanlift.cli.paths`); a user error, an unusable path or a missing package prints one line and
+exits with status 2; Ctrl-C at any moment prints one line saying what was kept and exits with
+status 130; bugs keep their traceback.
 """
 
 import argparse
@@ -41,8 +44,10 @@ from spanlift.cli import (
     sweep,
     train,
 )
-from spanlift.cli.options import CommandParser
-from spanlift.errors import SpanliftError
+from spanlift.cli.endings import EXIT_INTERRUPTED, ending, stop_ray, uninterruptible
+from spanlift.cli.options import CommandParser, OneLineErrors
+from spanlift.cli.paths import check_paths
+from spanlift.platform.sweep.stages import Stages
 
 COMMAND_GROUPS = (
     listing,
@@ -60,7 +65,7 @@ COMMAND_GROUPS = (
 
 def parser() -> argparse.ArgumentParser:
     """The `spanlift` parser: each command group adds its subcommands."""
-    root = argparse.ArgumentParser(prog="spanlift", description=__doc__.split("\n")[0])
+    root = OneLineErrors(prog="spanlift", description=__doc__.split("\n")[0])
     sub = root.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     for group in COMMAND_GROUPS:
         group.add_commands(sub)
@@ -68,12 +73,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return args.run(args) or 0
-    except SpanliftError as exc:
-        print(f"spanlift: error: {exc}", file=sys.stderr)
-        return 2
+    """Run the command `argv` names; its exit status (`spanlift.cli.endings`)."""
+    args = argparse.Namespace()
+    with Stages() as guard:  # Ctrl-C noted even where the code it interrupts swallows it
+        try:
+            args = parser().parse_args(argv)  # imports the command's registries: interruptible
+            check_paths(args)
+            return args.run(args) or 0
+        except BaseException as exc:
+            end = ending(exc, args, guard.interrupted)
+            if end is None:
+                raise
+    if end.status == EXIT_INTERRUPTED:
+        with uninterruptible():
+            stop_ray()
+    print(end.line, file=sys.stderr)
+    return end.status
 
 
 def run() -> None:

@@ -21,9 +21,11 @@ from spanlift.cli.options import (
     parse_settings,
     positive,
 )
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 from spanlift.errors import CheckpointError, SettingsError
 
 OUT_ROOT = Path("runs") / "analyze"
+KEPT = "an analysis writes its table, plot and MLflow run as it ends; run it again for them"
 
 
 class SolverAction(argparse.Action):
@@ -61,7 +63,7 @@ def add_commands(sub: Any) -> None:
 
 def add_halvorsen(analyses: Any) -> None:
     summary = "the linear-span limitation on the Halvorsen ODE (one step, K = 2)"
-    command(analyses, "halvorsen", summary, cmd_halvorsen, halvorsen_options)
+    command(analyses, "halvorsen", summary, cmd_halvorsen, halvorsen_options, kept=KEPT)
 
 
 def halvorsen_options(halvorsen: argparse.ArgumentParser) -> None:
@@ -85,15 +87,16 @@ def halvorsen_options(halvorsen: argparse.ArgumentParser) -> None:
 
 def add_ratio(analyses: Any) -> None:
     summary = "SpanLift's ‖P⊥c βΔop‖/‖P⊥c αΔbase‖ per step, c the teacher chord"
-    command(analyses, "ratio", summary, cmd_ratio, ratio_options)
+    command(analyses, "ratio", summary, cmd_ratio, ratio_options, kept=KEPT)
 
 
 def ratio_options(ratio: argparse.ArgumentParser) -> None:
     from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
 
-    ratio.add_argument(
+    path_option(
+        ratio,
         "--checkpoint",
-        type=Path,
+        INPUT,
         action="append",
         required=True,
         help="a SpanLift checkpoint (spanlift fit --out); repeat for several",
@@ -113,12 +116,12 @@ def ratio_options(ratio: argparse.ArgumentParser) -> None:
 
 def add_out_of_span(analyses: Any) -> None:
     summary = "‖P⊥Δ‖/‖Δ‖ per step for any solver (Δop for SpanLift), K = 3"
-    command(analyses, "out-of-span", summary, cmd_out_of_span, out_of_span_options)
+    command(analyses, "out-of-span", summary, cmd_out_of_span, out_of_span_options, kept=KEPT)
 
 
 def out_of_span_options(span: argparse.ArgumentParser) -> None:
-    span.add_argument(
-        "--checkpoint", type=Path, action="append", default=[], help="a fitted solver; repeatable"
+    path_option(
+        span, "--checkpoint", INPUT, action="append", default=[], help="a fitted solver; repeatable"
     )
     span.add_argument(
         "--solver",
@@ -142,7 +145,7 @@ def out_of_span_options(span: argparse.ArgumentParser) -> None:
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
     name = p.prog.split()[-1]
-    p.add_argument("--out", type=Path, help=f"output folder (default {OUT_ROOT / name})")
+    path_option(p, "--out", FOLDER, help=f"output folder (default {OUT_ROOT / name})")
     p.add_argument("--experiment", default="analyze", help="MLflow experiment")
     add_tracking_options(p)
 

@@ -3,26 +3,29 @@ the device (`spanlift.platform.doctor`)."""
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from spanlift.cli.options import TRACKING_DEFAULTS, command
+from spanlift.cli.options import add_tracking_uri, command
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 
 DEVICES = ("auto", "cuda", "cpu", "none")
 
 
 def add_commands(sub: Any) -> None:
     summary = "check Ray, MLflow, storage and a sweep file, and run every solver on the device"
-    command(sub, "doctor", summary, cmd_doctor, add_doctor_options)
+    kept = "the checks printed above are those that ran; nothing was changed"
+    command(sub, "doctor", summary, cmd_doctor, add_doctor_options, kept=kept)
 
 
 def add_doctor_options(doctor: argparse.ArgumentParser) -> None:
-    doctor.add_argument("sweep", nargs="?", type=Path, help="a sweep file to check")
+    path_option(doctor, "sweep", INPUT, nargs="?", help="a sweep file to check")
     doctor.add_argument(
         "--address", help="Ray cluster to check (default: $RAY_ADDRESS, else local)"
     )
-    doctor.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
-    doctor.add_argument("--storage", help="results folder (default: the sweep file's)")
+    add_tracking_uri(doctor)
+    path_option(
+        doctor, "--storage", FOLDER, type=str, help="results folder (default: the sweep file's)"
+    )
     doctor.add_argument(
         "--device",
         choices=DEVICES,

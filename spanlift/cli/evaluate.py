@@ -15,14 +15,24 @@ from spanlift.cli.options import (
     command,
     parse_settings,
 )
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 from spanlift.seeds import FID_FIRST_SEED
 
 REFERENCE_OPTIONS = ("reference", "reference_samples", "lpips_weights", "image_reward_weights")
+WEIGHTS = {"lpips_weights": INPUT, "image_reward_weights": INPUT}
 
 
 def add_commands(sub: Any) -> None:
     summary = "score one solver on parallel Ray evaluator actors"
-    command(sub, "eval", summary, cmd_eval, add_eval_options)
+    command(sub, "eval", summary, cmd_eval, add_eval_options, kept=eval_kept)
+
+
+def eval_kept(args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves: no result; the FID reference statistics once computed."""
+    return (
+        "nothing was recorded; FID reference statistics already computed stay cached in "
+        f"{args.cache_dir}"
+    )
 
 
 def add_eval_options(ev: argparse.ArgumentParser) -> None:
@@ -32,7 +42,7 @@ def add_eval_options(ev: argparse.ArgumentParser) -> None:
 
     add_backbone_options(ev)
     add_solver_options(ev)
-    ev.add_argument("--checkpoint", type=Path, help="fitted solver (spanlift fit / sweep output)")
+    path_option(ev, "--checkpoint", INPUT, help="fitted solver (spanlift fit / sweep output)")
     ev.add_argument("--metrics", default="fid", help=f"comma-separated, of {', '.join(METRICS)}")
     ev.add_argument(
         "--samples",
@@ -52,7 +62,7 @@ def add_eval_options(ev: argparse.ArgumentParser) -> None:
         help=f"FID detector ({among(DETECTORS)}; digits is the digits feature loss's own); "
         "default: the backbone's (digits: digits_eval)",
     )
-    ev.add_argument("--detector-weights", type=Path, help="detector weights file")
+    path_option(ev, "--detector-weights", INPUT, help="detector weights file")
     ev.add_argument(
         "--batch-size",
         type=batch_size,
@@ -60,8 +70,8 @@ def add_eval_options(ev: argparse.ArgumentParser) -> None:
         help="samples drawn, decoded and scored at once: a number, or auto (the most, up to "
         "256, that a pass is predicted to hold in the evaluator device's free memory)",
     )
-    add_field_options(ev, EvaluationConfig, REFERENCE_OPTIONS)
-    ev.add_argument("--cache-dir", type=Path, default=Path("runs/eval-cache"), help="cache folder")
+    add_field_options(ev, EvaluationConfig, REFERENCE_OPTIONS, paths=WEIGHTS)
+    path_option(ev, "--cache-dir", FOLDER, default=Path("runs/eval-cache"), help="cache folder")
     ev.add_argument("--experiment", help="MLflow experiment (default: eval-<backbone>)")
     add_tracking_options(ev)
     add_ray_options(ev)

@@ -1,7 +1,9 @@
 """`spanlift fit` (one solver) and `spanlift demo` (the digits comparison): fit by endpoint
 teacher matching, in this process, the kept state chosen on validation seeds, and score on the
 validation and the held-out test seeds (`spanlift.seeds`), as a sweep's trial does: the same
-settings, fit seed and threads give a sweep's numbers."""
+settings, fit seed and threads give a sweep's numbers. `spanlift fit` records each replicate as a
+sweep's trial does (`platform/fitting/record.py`), so the leaderboard ranks it and
+`spanlift rerun` repeats it."""
 
 import argparse
 from pathlib import Path
@@ -14,10 +16,12 @@ from spanlift.cli.options import (
     add_key_values,
     add_schedule_option,
     add_solver_options,
+    add_tracking_options,
     command,
     field_values,
     parse_settings,
 )
+from spanlift.cli.paths import FOLDER, path_option
 from spanlift.errors import SettingsError
 
 FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed", "weight_decay", "loss")
@@ -42,9 +46,19 @@ DEMO_SOLVERS = [
 def add_commands(sub: Any) -> None:
     """`spanlift fit` and `spanlift demo`."""
     summary = "fit one solver by endpoint teacher matching and score it"
-    command(sub, "fit", summary, cmd_fit, add_one_fit_options)
+    command(sub, "fit", summary, cmd_fit, add_one_fit_options, kept=fits_kept)
     summary = "fit and compare solvers on the embedded digits backbone"
-    command(sub, "demo", summary, cmd_demo, add_demo_options)
+    command(sub, "demo", summary, cmd_demo, add_demo_options, kept=fits_kept)
+
+
+def fits_kept(args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves: the fits that finished and the teacher sets, which a new run reuses,
+    and the runs of the replicates that finished."""
+    recorded = "" if getattr(args, "no_tracking", True) else "; finished replicates are recorded"
+    return (
+        f"finished fits are kept in {args.out} and teacher sets in {args.cache}{recorded}; the "
+        "same command continues from them"
+    )
 
 
 def add_one_fit_options(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +74,8 @@ def add_one_fit_options(parser: argparse.ArgumentParser) -> None:
         help="fit seeds of replicates, e.g. 0 1 2: one fit each, then their mean and 95%% "
         "interval (default: --seed alone)",
     )
+    parser.add_argument("--experiment", default="fit", help="MLflow experiment of the fits' runs")
+    add_tracking_options(parser)
 
 
 def add_demo_options(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +98,8 @@ def add_fit_options(parser: argparse.ArgumentParser, out: str) -> None:
         "loss option, e.g. dinov2_path=models/dinov2-base or c=0.1 (values read as YAML)",
     )
     add_field_options(parser, TeacherConfig, TEACHER_OPTIONS)
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
-    parser.add_argument("--out", type=Path, default=Path(out), help="folder for checkpoints")
+    path_option(parser, "--cache", FOLDER, default=DEFAULT_CACHE, help="teacher cache folder")
+    path_option(parser, "--out", FOLDER, default=Path(out), help="folder for checkpoints")
     parser.add_argument(
         "--deterministic",
         action="store_true",
@@ -119,13 +135,18 @@ def fit_settings(args: argparse.Namespace) -> Any:
     )
 
 
+def roles(args: argparse.Namespace) -> dict[str, range]:
+    """The training, validation and test seeds the options ask for (`spanlift.seeds`)."""
+    from spanlift.seeds import role_seeds
+
+    return role_seeds(args.train_samples, args.validation_samples, args.test_samples)
+
+
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> dict[str, Any]:
     """The teacher's endpoints on the training, validation and test seeds, by role."""
     from spanlift.platform.sampling.teacher import load_or_generate
-    from spanlift.seeds import role_seeds
 
-    roles = role_seeds(args.train_samples, args.validation_samples, args.test_samples)
-    return {role: load_or_generate(args.cache, backbone, seeds) for role, seeds in roles.items()}
+    return {role: load_or_generate(args.cache, backbone, s) for role, s in roles(args).items()}
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
@@ -143,23 +164,27 @@ def cmd_fit(args: argparse.Namespace) -> None:
     seeds = check_seeds(args.seeds or [settings.seed])
     if args.threads:
         torch.set_num_threads(args.threads)
-    backbone = load_backbone(args.backbone, **parse_settings(args.backbone_option))
+    options = parse_settings(args.backbone_option)
+    backbone = load_backbone(args.backbone, **options)
     if not is_learnable(build(spec, backbone)):  # a bad spec fails here, before the teacher
         seeds = seeds[:1]
+    runs = fit_runs(args)  # a bad store fails here, before the teacher
     sets = teacher_sets(args, backbone)
-    rows = [
-        row
-        for seed in seeds
-        for row in compare(
+    record = fit_recorder(runs, args, backbone, options, sets)
+    rows, recorded = [], []
+    for seed in seeds:  # each replicate recorded as it finishes
+        replicate = replace(settings, seed=seed)
+        (row,) = compare(
             [spec],
             backbone,
             sets["train"],
             sets["test"],
-            replace(settings, seed=seed),
+            replicate,
             args.out,
             validation=sets["validation"],
         )
-    ]
+        rows.append(row)
+        recorded += [(seed, *record(row, replicate))] if record else []
     print(format_table(rows))
     if len(rows) > 1:
         print(replicate_summary(rows))
@@ -167,6 +192,48 @@ def cmd_fit(args: argparse.Namespace) -> None:
         if row.checkpoint:
             print(f"checkpoint{f' (seed {row.seed})' if len(rows) > 1 else ''}: {row.checkpoint}")
     print(f"threads: {torch.get_num_threads()}")
+    if recorded:
+        print_runs(args, runs, recorded)
+
+
+def fit_runs(args: argparse.Namespace) -> Any:
+    """The experiment the fits are recorded in (created if new); None with --no-tracking."""
+    if args.no_tracking:
+        return None
+    from spanlift.platform.results.tracking import open_experiment
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
+
+    return open_experiment(resolve_tracking_uri(args.tracking_uri), args.experiment)
+
+
+def fit_recorder(
+    runs: Any, args: argparse.Namespace, backbone: Any, options: dict, sets: dict
+) -> Any:
+    """What records a replicate, (row, its fit settings) → (run id, whether recorded now); None
+    with --no-tracking."""
+    if runs is None:
+        return None
+    from functools import partial
+
+    from spanlift.platform.fitting.record import FitRecording, record_fit
+
+    return partial(
+        record_fit, FitRecording(runs, backbone, args.backbone, options, sets, roles(args))
+    )
+
+
+def print_runs(args: argparse.Namespace, runs: Any, recorded: list[tuple[int, str, bool]]) -> None:
+    """Each replicate's run, and the leaderboard command that ranks them."""
+    from spanlift.platform.tracking.runs import resolve_tracking_uri
+
+    uri = runs.client.tracking_uri
+    for seed, run_id, new in recorded:
+        before = "" if new else ", recorded before"
+        print(
+            f"MLflow run {run_id} (seed {seed}{before}) in experiment {args.experiment!r} at {uri}"
+        )
+    where = f" --tracking-uri {uri}" if uri != resolve_tracking_uri() else ""
+    print(f"rank them: spanlift leaderboard --experiment {args.experiment}{where}")
 
 
 def check_seeds(seeds: list[int]) -> list[int]:

@@ -2,24 +2,25 @@
 test value with intervals and ties, from MLflow; as a table for the console or a paper."""
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from spanlift.cli.options import TRACKING_DEFAULTS, command
+from spanlift.cli.options import add_tracking_uri, command
+from spanlift.cli.paths import OUTPUT, path_option
 
 FORMATS = ("text", "markdown", "latex", "csv")
 
 
 def add_commands(sub: Any) -> None:
     summary = "rank solvers of an experiment from MLflow"
-    command(sub, "leaderboard", summary, cmd_leaderboard, add_leaderboard_options)
+    kept = "the leaderboard only reads the MLflow store: nothing changed"
+    command(sub, "leaderboard", summary, cmd_leaderboard, add_leaderboard_options, kept=kept)
 
 
 def add_leaderboard_options(board: argparse.ArgumentParser) -> None:
     board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep's)")
     board.add_argument("--metric", default="rmse", help="metric to rank by")
     board.add_argument("--mode", choices=["min", "max"], help="default: by metric")
-    board.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
+    add_tracking_uri(board)
     board.add_argument("--by-fit", action="store_true", help="rank fits of one budget together")
     board.add_argument(
         "--format",
@@ -30,13 +31,15 @@ def add_leaderboard_options(board: argparse.ArgumentParser) -> None:
     board.add_argument(
         "--columns",
         default="",
-        help="other metrics to show, comma-separated, e.g. error_median,error_p90",
+        help="other metrics to show, comma-separated, e.g. error_median,error_p90; run_id: the "
+        "run id of each row (its first replicate's), for spanlift rerun",
     )
-    board.add_argument("--csv", type=Path, help="also write the table as CSV")
-    board.add_argument("--plot", type=Path, help="also plot metric vs NFE per solver (PNG)")
-    board.add_argument(
+    path_option(board, "--csv", OUTPUT, help="also write the table as CSV")
+    path_option(board, "--plot", OUTPUT, help="also plot metric vs NFE per solver (PNG)")
+    path_option(
+        board,
         "--samples",
-        type=Path,
+        OUTPUT,
         help="also draw the same test seeds from the teacher and each ranked solver (PNG)",
     )
 

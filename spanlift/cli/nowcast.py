@@ -15,6 +15,7 @@ from spanlift.cli.options import (
     parse_settings,
     positive,
 )
+from spanlift.cli.paths import FOLDER, INPUT, OUTPUT, path_option
 
 NOWCAST_UNET = "spanlift/backbones/weights/nowcast_unet.pt"
 ALEXNET_HINT = "~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth"
@@ -34,25 +35,31 @@ def add_commands(sub: Any) -> None:
 
 
 def add_synth(steps: Any) -> None:
-    command(steps, "synth", "write synthetic storms in SEVIR's layout", cmd_synth, synth_options)
+    summary = "write synthetic storms in SEVIR's layout"
+    command(steps, "synth", summary, cmd_synth, synth_options, kept=files_kept)
+
+
+def files_kept(args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves of a data set being written: files that may be incomplete."""
+    return f"{args.out} may hold an incomplete data set; run the command again to write it whole"
 
 
 def synth_options(synth: argparse.ArgumentParser) -> None:
     synth.add_argument("--events", type=int, default=64, help="storm events")
     synth.add_argument("--seed", type=int, default=0, help="seed of the storms")
-    synth.add_argument("--out", type=Path, default=Path("data/sevir_synth"), help="folder")
+    path_option(synth, "--out", FOLDER, default=Path("data/sevir_synth"), help="folder")
 
 
 def add_prepare(steps: Any) -> None:
     summary = "SEVIR → SEVIR-LR windows in Zarr or NetCDF, once"
-    command(steps, "prepare", summary, cmd_prepare, prepare_options)
+    command(steps, "prepare", summary, cmd_prepare, prepare_options, kept=files_kept)
 
 
 def prepare_options(prepare: argparse.ArgumentParser) -> None:
     from spanlift.nowcasting.windows import STRIDE
 
-    prepare.add_argument("--sevir-root", type=Path, required=True, help="folder with CATALOG.csv")
-    prepare.add_argument("--out", type=Path, required=True, help="a .zarr or .nc path")
+    path_option(prepare, "--sevir-root", INPUT, required=True, help="folder with CATALOG.csv")
+    path_option(prepare, "--out", OUTPUT, required=True, help="a .zarr or .nc path")
     prepare.add_argument(
         "--stride",
         type=int,
@@ -63,7 +70,15 @@ def prepare_options(prepare: argparse.ArgumentParser) -> None:
 
 def add_eval(steps: Any) -> None:
     summary = "the paper's nowcasting table: fit, score, record"
-    command(steps, "eval", summary, cmd_eval, eval_options)
+    command(steps, "eval", summary, cmd_eval, eval_options, kept=suite_kept)
+
+
+def suite_kept(args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves of the suite: no table or run; its fits and teacher sets, reused."""
+    return (
+        f"nothing was recorded; finished fits are kept in {args.out / 'fitted'} and teacher "
+        f"sets in {args.cache}; the same command reuses them"
+    )
 
 
 def eval_options(ev: argparse.ArgumentParser) -> None:
@@ -71,7 +86,7 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
     from spanlift.nowcasting.windows import SplitSettings
     from spanlift.platform.fitting.fit import FitSettings
 
-    ev.add_argument(
+    ev.add_argument(  # a missing folder: the backbone says how to make synthetic storms there
         "--data", type=Path, default=Path("data/sevir_synth"), help="SEVIR folder or store"
     )
     ev.add_argument(
@@ -94,12 +109,12 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
         "Earthformer's and PreDiff's published tables (docs/nowcasting.md)",
     )
     add_field_options(ev, FitSettings, FIT_OPTIONS, defaults=NOWCAST_FIT)
-    ev.add_argument("--weights", type=Path, help=f"denoiser weights (default {NOWCAST_UNET})")
+    path_option(ev, "--weights", INPUT, help=f"denoiser weights (default {NOWCAST_UNET})")
     add_backbone_options(ev, default="nowcast")  # prediff: PreDiff's release, docs/nowcasting.md
     ev.add_argument("--evaluators", type=int, default=2, help="evaluator actors")
-    ev.add_argument("--lpips-weights", type=Path, help=f"AlexNet weights (default {ALEXNET_HINT})")
-    ev.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
-    ev.add_argument("--out", type=Path, default=Path("runs/nowcast"), help="results folder")
+    path_option(ev, "--lpips-weights", INPUT, help=f"AlexNet weights (default {ALEXNET_HINT})")
+    path_option(ev, "--cache", FOLDER, default=DEFAULT_CACHE, help="teacher cache folder")
+    path_option(ev, "--out", FOLDER, default=Path("runs/nowcast"), help="results folder")
     ev.add_argument("--experiment", help="MLflow experiment (default: nowcast-<data folder>)")
     add_tracking_options(ev)
     add_ray_options(ev)

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
+from spanlift.cli.paths import STORE, Check, declare, path_option
 from spanlift.errors import SettingsError
 from spanlift.registry import Registry
 
@@ -40,7 +41,14 @@ class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-class CommandParser(argparse.ArgumentParser):
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose usage errors are one line, like every other user error, and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class CommandParser(OneLineErrors):
     """A command's parser that adds its options only when the command is used (parsed, or asked
     for its help): `spanlift X` imports the registries of X's options, not of every command."""
 
@@ -66,15 +74,21 @@ class CommandParser(argparse.ArgumentParser):
         return super(CommandParser, self.with_options()).format_usage()
 
 
+Kept = str | Callable[[argparse.Namespace], str]
+"""What an interrupted command leaves, said after Ctrl-C: a sentence, or one made from its
+arguments (`spanlift.cli.endings`)."""
+
+
 def command(
     sub: Any,
     name: str,
     summary: str,
     run: Callable[..., Any],
     add_options: Callable[[Any], None] | None = None,
+    kept: Kept = "nothing was written",
 ) -> argparse.ArgumentParser:
     """The subcommand `name`, running `run(args)`, its options added by `add_options(parser)`
-    when it is used, its defaults shown in its `--help`."""
+    when it is used, its defaults shown in its `--help`; `kept`: what Ctrl-C leaves of its work."""
     parser = sub.add_parser(
         name,
         help=summary,
@@ -82,7 +96,7 @@ def command(
         formatter_class=DefaultsShown,
         add_options=add_options,
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, kept=kept)
     return parser
 
 
@@ -122,14 +136,21 @@ def add_field_options(
     names: Iterable[str],
     defaults: Mapping[str, Any] | None = None,
     choices: Mapping[str, Registry] | None = None,
+    paths: Mapping[str, Check] | None = None,
 ) -> None:
     """`--<name>` for each named field of the dataclass `settings` (underscores become dashes):
     read as the field's type, defaulting to the field's default (or to `defaults[name]`, where a
     command differs), with the field's docstring as help; a name in `choices` lists the names of
-    its registry in the help (the registry itself checks the value, with its own message)."""
+    its registry in the help (the registry itself checks the value, with its own message); a
+    name in `paths` is a path checked by its role before the command runs (`cli.paths`)."""
     by_name = {f.name: f for f in fields(settings)}
     hints = typing.get_type_hints(settings)
-    docs, defaults, choices = field_docs(settings), defaults or {}, choices or {}
+    docs, defaults, choices, paths = (
+        field_docs(settings),
+        defaults or {},
+        choices or {},
+        paths or {},
+    )
     for name in names:
         default = defaults.get(name, by_name[name].default)
         if default is MISSING:
@@ -137,12 +158,14 @@ def add_field_options(
         help_text = docs.get(name, "")
         if name in choices:
             help_text = f"{help_text} ({among(choices[name])})".strip()
-        parser.add_argument(
+        action = parser.add_argument(
             "--" + name.replace("_", "-"),
             type=option_type(hints[name]),
             default=default,
             help=help_text or name.replace("_", " "),
         )
+        if name in paths:
+            declare(parser, action, paths[name])
 
 
 def field_values(args: argparse.Namespace, settings: type, names: Iterable[str]) -> dict[str, Any]:
@@ -206,11 +229,20 @@ def add_schedule_option(parser: argparse.ArgumentParser, help_text: str = "σ gr
     )
 
 
+def add_tracking_uri(
+    parser: argparse.ArgumentParser, store_defaults: str = TRACKING_DEFAULTS
+) -> None:
+    """`--tracking-uri URI`, a local store's folder checked before the command's work."""
+    path_option(
+        parser, "--tracking-uri", STORE, type=str, help=f"MLflow store (default: {store_defaults})"
+    )
+
+
 def add_tracking_options(
     parser: argparse.ArgumentParser, store_defaults: str = TRACKING_DEFAULTS
 ) -> None:
     """`--tracking-uri URI` and `--no-tracking`."""
-    parser.add_argument("--tracking-uri", help=f"MLflow store (default: {store_defaults})")
+    add_tracking_uri(parser, store_defaults)
     parser.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
 
 

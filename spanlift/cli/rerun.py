@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from spanlift.cli.options import DEFAULT_CACHE, TRACKING_DEFAULTS, command
+from spanlift.cli.options import DEFAULT_CACHE, add_tracking_uri, command
+from spanlift.cli.paths import FOLDER, path_option
 
 COMPARED = ("rmse", "val_rmse", "error_median", "error_p90", "nfe")
 TOLERANCE = 1e-6
@@ -19,13 +20,18 @@ rounding (docs/evaluation.md)."""
 
 def add_commands(sub: Any) -> None:
     summary = "fit and score a recorded run again and compare with what it recorded"
-    command(sub, "rerun", summary, cmd_rerun, add_rerun_options)
+    command(sub, "rerun", summary, cmd_rerun, add_rerun_options, kept=rerun_kept)
+
+
+def rerun_kept(args: argparse.Namespace) -> str:
+    """What Ctrl-C leaves: a rerun records nothing; its teacher sets stay cached."""
+    return f"a rerun records nothing; teacher sets are kept in {args.cache}"
 
 
 def add_rerun_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", help="an MLflow run id (a leaderboard row's run_id)")
-    parser.add_argument("--tracking-uri", help=f"MLflow store (default: {TRACKING_DEFAULTS})")
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="teacher cache folder")
+    add_tracking_uri(parser)
+    path_option(parser, "--cache", FOLDER, default=DEFAULT_CACHE, help="teacher cache folder")
     parser.add_argument(
         "--tolerance", type=float, default=TOLERANCE, help="largest relative difference accepted"
     )

@@ -1,10 +1,11 @@
 """`spanlift sweep FILE`: run a sweep YAML on local Ray or a Ray cluster, print its summary."""
 
 import argparse
-import sys
 from typing import Any
 
-from spanlift.cli.options import command
+from spanlift.cli.endings import stop_ray
+from spanlift.cli.options import add_tracking_uri, command
+from spanlift.cli.paths import FOLDER, INPUT, path_option
 from spanlift.errors import SettingsError
 from spanlift.platform.sweep.stages import Stages
 
@@ -17,11 +18,19 @@ with configurations left to run, so schedulers and CI notice."""
 
 def add_commands(sub: Any) -> None:
     summary = "run a sweep YAML on local Ray or a Ray cluster"
-    command(sub, "sweep", summary, cmd_sweep, add_sweep_options)
+    command(sub, "sweep", summary, cmd_sweep, add_sweep_options, kept=sweep_kept)
+
+
+def sweep_kept(args: argparse.Namespace) -> str:
+    """What Ctrl-C outside the sweep's own handling (`cmd_sweep`) leaves."""
+    return (
+        f"finished configurations are recorded in MLflow; spanlift sweep {args.file} --resume "
+        "continues"
+    )
 
 
 def add_sweep_options(sweep: argparse.ArgumentParser) -> None:
-    sweep.add_argument("file", help="sweep YAML, e.g. sweeps/digits_nfe.yaml")
+    path_option(sweep, "file", INPUT, type=str, help="sweep YAML, e.g. sweeps/digits_nfe.yaml")
     sweep.add_argument(
         "--address", help="Ray cluster to join (`auto`); default: $RAY_ADDRESS, else a local Ray"
     )
@@ -29,14 +38,17 @@ def add_sweep_options(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument(
         "--restart", action="store_true", help="run again; finished configurations are reused"
     )
-    sweep.add_argument("--tracking-uri", help=f"MLflow store (default: {SWEEP_TRACKING_DEFAULTS})")
+    add_tracking_uri(sweep, SWEEP_TRACKING_DEFAULTS)
     sweep.add_argument(
         "--reuse-across-versions",
         action="store_true",
         help="reuse finished runs and fitted weights made by another version of the code",
     )
-    sweep.add_argument(
+    path_option(
+        sweep,
         "--storage",
+        FOLDER,
+        type=str,
         help="results folder, or a bucket: s3://bucket/prefix, gs://… (default: the YAML's storage)",
     )
     sweep.add_argument("--num-cpus", type=int, help="CPUs of the local Ray (default: all)")
@@ -123,10 +135,3 @@ def print_next_step(summary: Any) -> None:
         print(f"see them: {server}, then open {page}")
     else:
         print(f"see them: {page}")
-
-
-def stop_ray() -> None:
-    """Shut down the local Ray the sweep started (or an interrupt left), if any."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()

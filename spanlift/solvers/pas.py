@@ -13,7 +13,9 @@ per sample (GS: Gram–Schmidt against the earlier u; ‖·‖ over the whole sa
 coordinates per corrected step) is learned, initialised to (1, 0, …, 0), so an untrained PAS is
 its base exactly. The basis is held constant in the gradient (as in the reference, which computes
 it from stored, detached states). A step needs K rows for K − 1 principal directions of centred
-rows: i ≥ K − 1 − [start]. `corrected` lists the steps (default: every step that can be).
+rows: i ≥ K − 1 − [start]. `corrected` lists the steps (default: every step that can be); a grid
+with no such step (two steps of a base that spends two evaluations a step, at NFE 3) is refused
+when PAS is built, since it would leave PAS nothing to fit.
 The directions taken are read back from the history, Δ'_j = (x_{j+1} − x_j) / h_j, so the rows are
 the trajectory actually followed, whatever solver PAS sits in; its history keeps all N points.
 No model evaluations are added: NFE is the base's.
@@ -116,11 +118,24 @@ class PAS(OnBase):
         return max(0, self.components - 1 - int(self.start))
 
     def check_corrected(self, corrected: list[int] | None) -> list[int]:
+        """The corrected steps: `corrected`, checked, or every step that has its K rows; a grid
+        with none is refused."""
         first, steps = self.first_correctable(), self.num_steps
+        if first >= steps:
+            raise SettingsError(
+                f"pas corrects no step on {steps} steps of {self.base.name}: with components="
+                f"{self.components} a step has the rows of its basis only from step {first} on; "
+                "raise the nfe or lower components"
+            )
         if corrected is None:
             return list(range(first, steps))
-        valid = isinstance(corrected, list | tuple) and all(
-            isinstance(i, int) and not isinstance(i, bool) and first <= i < steps for i in corrected
+        valid = (
+            isinstance(corrected, list | tuple)
+            and len(corrected) > 0
+            and all(
+                isinstance(i, int) and not isinstance(i, bool) and first <= i < steps
+                for i in corrected
+            )
         )
         if not valid or len(set(corrected)) != len(corrected):
             raise SettingsError(

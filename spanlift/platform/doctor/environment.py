@@ -1,7 +1,7 @@
 """The environment a sweep is about to run in: Ray, the MLflow store, the storage, the sweep file.
 
-Each check reads only (a probe file in the storage folder is written and removed); none creates
-an MLflow store or experiment.
+Each check reads only (an unnamed probe file in the storage's nearest existing folder is opened and
+closed); none creates a folder, an MLflow store or an experiment.
 """
 
 import os
@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from spanlift.files import check_writable
 from spanlift.platform.doctor.report import Skipped
 
 Check = tuple[str, Callable[[], str | None]]
@@ -41,14 +42,15 @@ def ray_check(address: str | None) -> str:
 
 def mlflow_check(uri: str | None) -> str:
     """The tracking store answers (a server) or its SQLite file can be written (created on the
-    first run when absent, not here)."""
-    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    first run when absent, not here, and only in a folder that exists)."""
+    from spanlift.platform.tracking.runs import check_local_store, resolve_tracking_uri
 
     uri = resolve_tracking_uri(uri)
+    check_local_store(uri)
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
         if not path.exists():
-            writable(path.parent)
+            check_writable(path.parent)
             return f"{uri}: absent, will be created by the first run"
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -56,14 +58,6 @@ def mlflow_check(uri: str | None) -> str:
 
     experiments = MlflowClient(uri).search_experiments(max_results=1000)
     return f"{uri}: {len(experiments)} experiment(s)"
-
-
-def writable(folder: Path) -> None:
-    """Write and remove a probe file in `folder` (created if absent)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    probe = folder / f".spanlift-doctor-{os.getpid()}"
-    probe.write_text("probe")
-    probe.unlink()
 
 
 def storage_check(storage: str | None, sweep: Path | None) -> str:
@@ -76,7 +70,7 @@ def storage_check(storage: str | None, sweep: Path | None) -> str:
         storage = load_sweep(sweep).storage
     opened = open_storage(storage or DEFAULT_STORAGE)
     if not opened.remote:
-        writable(opened.local)
+        check_writable(opened.local)
     return f"{opened.uri} is writable"
 
 

@@ -18,7 +18,11 @@ from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetu
 from spanlift.platform.evaluation.fid import file_moments
 from spanlift.platform.evaluation.pool import evaluators_on_ray
 from spanlift.platform.evaluation.reference import KINDS, ReferenceSet
-from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
+from spanlift.platform.evaluation.sample_metrics import (
+    SampleReport,
+    check_available,
+    evaluate_samples,
+)
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.results.tracking import (
     command_tags,
@@ -65,7 +69,8 @@ class EvalRequest:
 
 
 def check_request(request: EvalRequest) -> None:
-    """Reject bad input before Ray starts: unknown metrics, counts, the solver itself."""
+    """Reject bad input before Ray starts: unknown metrics, metrics that cannot be computed
+    here, counts, the solver itself."""
     unknown = [m for m in request.metrics if m not in METRICS]
     if unknown or not request.metrics:
         raise SettingsError(
@@ -81,6 +86,7 @@ def check_request(request: EvalRequest) -> None:
             f"reference: expected one of {', '.join(KINDS)}, got {request.reference.kind!r}"
         )
     backbone = load_backbone(request.setup.backbone, **request.setup.backbone_options)
+    check_available(request.metrics, request.setup, backbone)  # LPIPS without AlexNet, say
     if request.reference.kind == "file" and "fid" in request.metrics:
         file_moments(request.reference.path, request.setup, backbone)
     solver = load_solver(request.spec, request.checkpoint, backbone)  # bad name, NFE, checkpoint

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanlift.backbones import Backbone
 from spanlift.errors import MetricUnavailable
 from spanlift.files import file_sha256
 from spanlift.nowcasting.scores import ContingencyCounts, summary
@@ -76,6 +77,23 @@ class Traits:
     prompted: bool = False
     observed: bool = False
     identity: str = ""
+
+
+def traits_of(backbone: Backbone) -> Traits:
+    """The traits of a backbone loaded in this process (the evaluators answer the same)."""
+    return Traits(
+        prompted=backbone.prompts([0]) is not None,
+        observed=backbone.observations([FID_FIRST_SEED]) is not None,
+        identity=backbone.identity(),
+    )
+
+
+def check_available(metrics: tuple[str, ...], setup: EvaluatorSetup, backbone: Backbone) -> None:
+    """Refuse metrics that were asked for and cannot be computed here, with each reason, before
+    any sample is drawn."""
+    _, unavailable = measures_of(metrics, setup, traits_of(backbone))
+    if unavailable:
+        raise MetricUnavailable("; ".join(unavailable.values()))
 
 
 def lpips_measure(setup: EvaluatorSetup, traits: Traits) -> dict[str, str]:

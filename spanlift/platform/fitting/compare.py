@@ -16,7 +16,7 @@ from spanlift.platform.configuration import Configuration, digest, teacher_ident
 from spanlift.platform.fitting.fit import FitResult, FitSettings, fit
 from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.sampling.sample_grid import save_sample_grid
-from spanlift.platform.sampling.score import score
+from spanlift.platform.sampling.score import Score, score
 from spanlift.platform.sampling.teacher import TeacherSet, teacher_for
 from spanlift.solvers import Solver, SolverSpec, save_solver
 from spanlift.solvers.loading import build
@@ -32,6 +32,9 @@ class Row:
     checkpoint: str = ""
     val_rmse: float | None = None
     seed: int = 0
+    spec: SolverSpec | None = None  # what was asked for
+    fitted: Fitted | None = None  # the solver as fitted (its curves, its checkpoint)
+    scored: Score | None = None  # its errors per test seed, what a run records
 
 
 def fit_spec(
@@ -131,6 +134,9 @@ def compare(
                 checkpoint,
                 result.val_rmse,
                 settings.seed,
+                spec,
+                fitted,
+                result,
             )
         )
         samples.update(images)

@@ -17,6 +17,7 @@ from spanlift.platform.tracking.runs import (
     solver_params,
     source_tags,
 )
+from spanlift.seeds import describe
 from spanlift.solvers import SolverSpec
 
 
@@ -39,6 +40,19 @@ def configuration_params(configuration: Configuration) -> dict[str, Any]:
     }
 
 
+def seed_params(seeds: dict[str, range]) -> dict[str, Any]:
+    """The seeds of each role a replicate used (training, validation, test), as its run records
+    them: the leaderboard ranks only runs scored on the same test seeds."""
+    train, test = seeds["train"], seeds["test"]
+    return {
+        "teacher.train_samples": len(train),
+        "teacher.train_seeds": describe(train),
+        "teacher.validation_seeds": describe(seeds["validation"]),
+        "teacher.test_seeds": f"{test.start}..{test.stop - 1}",
+        "teacher.test_samples": len(test),
+    }
+
+
 def command_tags(command: str) -> dict[str, str]:
     """Tags of a run made by `spanlift <command>`: the command, the code version, MLflow's
     source tags."""
@@ -47,6 +61,31 @@ def command_tags(command: str) -> dict[str, str]:
         CODE_TAG: code_version(),
         **source_tags(f"spanlift {command}"),
     }
+
+
+def finished_run(runs: ConfigurationRuns, configuration: Configuration) -> str | None:
+    """The id of the configuration's finished run made by this version of the code, if any."""
+    earlier = runs.find(configuration.key(), code_version())
+    return earlier.run_id if earlier is not None and earlier.status == "FINISHED" else None
+
+
+def record_once(
+    runs: ConfigurationRuns,
+    configuration: Configuration,
+    name: str,
+    params: dict[str, Any],
+    tags: dict[str, str],
+    metrics: dict[str, float],
+    files: list[Path],
+    histories: dict[str, Any] | None = None,
+) -> str:
+    """The configuration's one run, as a sweep's replicate has: a run of the same code version
+    (`tags`, from `command_tags`) that an interruption left unfinished is reopened
+    (`ConfigurationRuns.open`), else a new one is made; then finished with `metrics`, `files` and
+    metric `histories` (a fit's curves). Returns its id."""
+    run_id = runs.open(configuration.key(), name, params, tags)
+    runs.finish(run_id, metrics, files, histories=histories)
+    return run_id
 
 
 def record_result(

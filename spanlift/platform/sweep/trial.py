@@ -45,7 +45,7 @@ from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_s
 from spanlift.platform.resolved import ResolvedConfiguration, write_resolved
 from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.results.provenance import run_environment
-from spanlift.platform.results.tracking import configuration_params
+from spanlift.platform.results.tracking import configuration_params, seed_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import Score, score, score_batch
 from spanlift.platform.sampling.teacher import supervision_sigmas
@@ -203,18 +203,12 @@ def run_params(result: Configuration, context: SweepContext) -> dict[str, Any]:
     """The MLflow params of a replicate: what ran, on which seeds of each role, what its metrics
     are measured against, what chose it, and where it ran (`env.*`)."""
     config = context.config
-    seeds = sweep_seeds(config)
     family = searched_family(config)
-    test = seeds["test"]
     return {
         **configuration_params(result),
         REPLICATE_PARAM: result.replicate_key(),
         "loss": config.fit.loss,
-        "teacher.train_samples": len(seeds["train"]),
-        "teacher.train_seeds": describe(seeds["train"]),
-        "teacher.validation_seeds": describe(seeds["validation"]),
-        "teacher.test_seeds": f"{test.start}..{test.stop - 1}",
-        "teacher.test_samples": len(test),
+        **seed_params(sweep_seeds(config)),
         "selection.metric": config.search_metric,
         "fit.use_gpu": config.resources.use_gpu,
         **(

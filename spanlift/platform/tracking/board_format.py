@@ -17,11 +17,14 @@ from typing import TextIO
 
 import pandas as pd
 
-from spanlift.platform.tracking.entry import Entry
+from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
 
 CHOSEN_ON_TEST = (
-    "† chosen on test values: recorded before validation seeds existed; run the sweep again to "
-    "choose on validation seeds"
+    "† chosen on test values among its configurations: their runs record no validation values "
+    "(recorded before validation seeds existed); run the sweep again to choose on validation seeds"
+)
+ONLY_CONFIGURATION = (
+    "rows without validation values are their solver's only configuration here: nothing was chosen"
 )
 TIES = (
     "≈ within noise of the row below (95 % bootstrap interval of the value ratio over test "
@@ -68,6 +71,13 @@ def marks(e: Entry) -> str:
     return "†" if e.chosen_on == "test" else ""
 
 
+def column_cell(e: Entry, name: str) -> str:
+    """A `--columns` cell: the row's own field (its run id), or its replicates' mean of a metric."""
+    if name in ROW_COLUMNS:
+        return str(getattr(e, name))
+    return f"{e.columns.get(name, math.nan):.4g}"
+
+
 def group_header(metric: str, scale: str) -> str:
     """E.g. `rmse against teacher=ipndm[order=4] nfe=35, teacher.test_seeds=0..255:`."""
     return f"{metric} against {scale or '(not recorded)'}:"
@@ -84,7 +94,8 @@ def format_leaderboard(entries: list[Entry], metric: str, columns: tuple[str, ..
     """The text table; each group of rows is headed by what its values are measured against (when
     any run recorded that), and notes follow for the marks used."""
     width = max(len("configuration"), *(len(e.configuration) for e in entries))
-    extra = "".join(f" {name:>12}" for name in columns)
+    widths = {c: max(12, len(c), *(len(column_cell(e, c)) for e in entries)) for c in columns}
+    extra = "".join(f" {name:>{widths[name]}}" for name in columns)
     header = (
         f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} "
         f"{'ends':<5} {metric:>10} {'± 95%':>8} {'n':>3} {'runs':>4} {'vs next':<18}{extra}"
@@ -96,7 +107,7 @@ def format_leaderboard(entries: list[Entry], metric: str, columns: tuple[str, ..
             lines.append(group_header(metric, scale))
         for e in part:
             spread = f"{e.half_width:.4f}" if e.half_width is not None else "-"
-            values = "".join(f" {e.columns.get(name, math.nan):>12.4g}" for name in columns)
+            values = "".join(f" {column_cell(e, name):>{widths[name]}}" for name in columns)
             lines.append(
                 f"{e.backbone:<9} {e.nfe:>3} {e.rank:>2} {e.solver:<14} "
                 f"{e.configuration:<{width}} {e.ends:<5} {e.value:>10.4f} {spread:>8} {e.n:>3} "
@@ -112,6 +123,8 @@ def notes(entries: list[Entry]) -> list[str]:
         shown.append(TIES)
     if any(e.chosen_on == "test" for e in entries):
         shown.append(CHOSEN_ON_TEST)
+    if any(e.chosen_on == "only" for e in entries):
+        shown.append(ONLY_CONFIGURATION)
     for searched in sorted({e.chosen_on for e in entries if e.chosen_on.startswith("val_")}):
         shown.append(
             f"configurations chosen on {searched}, the metric their sweep searched on (on "
@@ -160,7 +173,7 @@ def markdown(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -
         out.append("|" + "|".join(["---"] * (len(head) + len(columns))) + "|")
         values = bold_best(part, interval, lambda text: f"**{text}**")
         for e, value in zip(part, values, strict=True):
-            extra = [f"{e.columns.get(name, math.nan):.4g}" for name in columns]
+            extra = [column_cell(e, name) for name in columns]
             cells = [str(e.nfe), e.solver + marks(e), f"`{e.configuration}`", value, str(e.n)]
             out.append("| " + " | ".join([*cells, comparison(e), *extra]) + " |")
         out.append("")
@@ -193,7 +206,7 @@ def latex(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -> s
         out.append(r"\midrule")
         values = bold_best(part, lambda e: tex(interval(e)), lambda text: rf"\textbf{{{text}}}")
         for e, value in zip(part, values, strict=True):
-            extra = [f"{e.columns.get(name, math.nan):.4g}" for name in columns]
+            extra = [tex(column_cell(e, name)) for name in columns]
             cells = [str(e.nfe), tex(e.solver + marks(e)), rf"\texttt{{{tex(e.configuration)}}}"]
             out.append(" & ".join([*cells, value, str(e.n), tex(comparison(e)), *extra]) + r" \\")
         out.append(r"\bottomrule")

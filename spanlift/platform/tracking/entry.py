@@ -2,6 +2,10 @@
 
 from dataclasses import dataclass, field
 
+ROW_COLUMNS = ("run_id",)
+"""`--columns` a row shows from itself rather than from its runs' metrics: the run id
+`spanlift rerun` takes."""
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -19,7 +23,8 @@ class Entry:
     sd: float = 0.0
     half_width: float | None = None  # 95 % Student t half-width (None: one replicate)
     validation: float | None = None  # the mean validation value that chose the configuration
-    chosen_on: str = "validation"  # "val_rmse": the searched metric; "test": runs before validation
+    chosen_on: str = "validation"  # "val_rmse": the searched metric; "test": runs before
+    # validation; "only": the solver's one configuration, recorded without validation values
     vs_next: str = ""  # "≈" (tied with the row below), "<" / ">" (better, by mode), "" untested
     ratio: tuple[float, float] | None = None  # 95 % interval of value / next row's value
     run_ids: tuple[str, ...] = ()

@@ -15,7 +15,8 @@ its value. How rankings are made (docs/evaluation.md, "How rankings are made"):
   validation value (`val_<metric>`; for a metric measured on test samples only, that of the
   metric its sweep searched on, `selection.metric`); test values never choose. Runs recorded
   before validation seeds existed have none: such a solver's row is chosen on test values and
-  marked †.
+  marked †, unless it is the solver's only configuration (the nowcast suite records one per
+  solver): then nothing was chosen.
 - **Ties.** Each row is compared with the row ranked below it on the same test seeds: for RMSE a
   two-level bootstrap interval of their ratio over test seeds and fit seeds (`comparison.py`), for
   other metrics a Welch interval over the replicates. Within noise, the row is marked ≈.
@@ -37,7 +38,7 @@ from mlflow.tracking import MlflowClient
 from spanlift.errors import SettingsError
 from spanlift.platform.statistics import replicate_interval
 from spanlift.platform.tracking.comparison import compare_neighbours
-from spanlift.platform.tracking.entry import Entry
+from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
 from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS, default_mode
 from spanlift.platform.tracking.runs import REPLICATE_PARAM, experiment_id
 
@@ -189,7 +190,7 @@ def choose(candidates: list[Configuration], mode: str) -> tuple[Configuration, s
     """A solver's configuration and what chose it: the best mean validation value of the metric
     itself ("validation"), else of the metric its sweep searched on (e.g. "val_rmse", in that
     metric's own direction), else, for runs recorded before validation seeds, the best mean test
-    value ("test")."""
+    value ("test"), or the only configuration, unchosen ("only")."""
     validated = [c for c in candidates if c.validation is not None]
     if validated:
         own = any(c.chosen_by == "validation" for c in validated)
@@ -197,6 +198,8 @@ def choose(candidates: list[Configuration], mode: str) -> tuple[Configuration, s
         direction = mode if own else default_mode(by.removeprefix("val_"))
         best = min if direction == "min" else max
         return best([c for c in validated if c.chosen_by == by], key=lambda c: c.validation), by
+    if len(candidates) == 1:
+        return candidates[0], "only"
     best = min if mode == "min" else max
     return best(candidates, key=lambda c: c.test), "test"
 
@@ -293,10 +296,10 @@ def leaderboard(
             + (", ".join(recorded) or "no metric (no run finished yet)")
         )
     recorded = {name for run in finished for name in run.data.metrics}
-    missing = [name for name in columns if name not in recorded]
+    missing = [name for name in columns if name not in {*recorded, *ROW_COLUMNS}]
     if missing:
         raise SettingsError(
             f"--columns: no finished run of {experiment!r} records {', '.join(missing)}; they "
-            f"record: {', '.join(sorted(recorded))}"
+            f"record: {', '.join(sorted(recorded))} (and a row shows its {', '.join(ROW_COLUMNS)})"
         )
     return compare_neighbours(rank(runs, mode), client, metric, mode)

@@ -82,8 +82,21 @@ def local_store(uri: str) -> Path | None:
     return None
 
 
+def check_local_store(uri: str) -> None:
+    """Refuse a local store whose folder does not exist: MLflow would create the folder and an
+    empty store in it, where a mistyped URI is meant. A new store is made only in a folder that
+    exists."""
+    store = local_store(absolute_uri(uri))
+    if store is not None and not store.parent.is_dir():
+        raise SettingsError(
+            f"tracking URI {uri}: folder {store.parent} does not exist; correct the URI, or create "
+            "the folder for a new store"
+        )
+
+
 def connect(uri: str, read_only: bool = False) -> MlflowClient:
-    """A client for `uri`, checked by one request so a bad URI fails before any work starts.
+    """A client for `uri`, checked by one request so a bad URI fails before any work starts; a
+    local store is created only in a folder that exists (`check_local_store`).
 
     `read_only`: a local store that does not exist is an error instead of being created (MLflow
     creates an empty store on first contact)."""
@@ -93,6 +106,7 @@ def connect(uri: str, read_only: bool = False) -> MlflowClient:
             f"no MLflow store at {store}: run this where the sweep ran (it writes mlflow.db in its "
             "working folder), or pass --tracking-uri"
         )
+    check_local_store(uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep the console ours
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")

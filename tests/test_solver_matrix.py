@@ -1,0 +1,41 @@
+"""Every solver built over a base, over every base that takes it (the doctor's matrix), fits on
+the Gaussian mixture; a combination that cannot fit is refused, in one line, when it is built."""
+
+import pytest
+import torch
+
+from spanlift.backbones import load_backbone
+from spanlift.errors import SettingsError
+from spanlift.platform.doctor import device as doctor
+from spanlift.platform.doctor.report import checked
+from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import build, is_learnable
+
+GMM = load_backbone("gmm").freeze()
+
+
+def learned_specs() -> list[SolverSpec]:
+    """The doctor's specs that have parameters to fit."""
+    return [spec for spec in doctor.solver_specs() if is_learnable(build(spec, GMM))]
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return doctor.generate_teacher(GMM, range(16), doctor.TEACHER, progress=False)
+
+
+@pytest.mark.parametrize("spec", learned_specs(), ids=lambda s: f"{s.label()}-nfe{s.nfe}")
+def test_the_doctors_fit_check_passes(spec, teacher):
+    outcome = checked(spec.label(), doctor.fit_check(spec, GMM, teacher, torch.device("cpu")))
+    assert outcome.status == "pass", outcome.detail
+
+
+@pytest.mark.parametrize("base", ["heun", "amed", "epd", "epd_plugin"])
+def test_pas_refuses_a_grid_too_short_to_correct_a_step(base):
+    """PAS corrects step i only once the trajectory gives it K rows; on fewer steps (a base that
+    spends two evaluations a step, at NFE 3) it would have nothing to fit."""
+    nfe = 3 if base == "heun" else 4  # two steps
+    with pytest.raises(SettingsError, match="corrects no step") as refused:
+        build(SolverSpec("pas", nfe, settings={"base": base}), GMM)
+    assert len(str(refused.value).splitlines()) == 1
+    assert "components" in str(refused.value)
