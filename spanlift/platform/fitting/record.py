@@ -100,7 +100,7 @@ def record_fit(recording: FitRecording, row: Row, settings: FitSettings) -> tupl
             recording.runs,
             configuration,
             run_name(row.spec),
-            recording.params(configuration, settings),
+            {**recording.params(configuration, settings), **fitted.params()},
             command_tags("fit"),
             {**scored.metrics(), **fitted.metrics()},
             files,
