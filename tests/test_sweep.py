@@ -201,10 +201,10 @@ def test_digits_sweep_logs_fid_and_the_leaderboard_ranks_by_it(tmp_path: Path) -
 
 
 def test_impossible_resources_are_refused_before_any_trial(tmp_path: Path) -> None:
-    path = sweep_file(tmp_path, "big", resources={"workers": 3, "worker_cpu": 1})
+    path = sweep_file(tmp_path, "big", resources={"workers": 4, "worker_cpu": 1})
     result = spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     assert result.returncode == 2
-    assert "resources: a trial cannot be placed: 3.1 CPUs per trial" in result.stderr
+    assert "resources: a trial cannot be placed: 4.1 CPUs per trial" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "sweeps" / "big" / "tune").exists()
 

@@ -134,6 +134,15 @@ def changed(path: list, value: object) -> dict:
             "resources.worker_gpu: expected a fraction of one GPU (0 < x ≤ 1) or a whole number",
         ),
         (changed(["resources"], {"evaluator_gpu": 0}), "resources.evaluator_gpu: expected a pos"),
+        (
+            changed(["resources"], {"workers": 3}),
+            "fit.batch_size: 32 is the batch of one update over all 3 workers",
+        ),
+        (changed(["fit"], {"checkpoint": "layers"}), "fit: fit setting checkpoint must be one of"),
+        (
+            changed(["evaluation"], {"batch_size": 0}),
+            "evaluation.batch_size: expected a positive integer or auto",
+        ),
         ({k: v for k, v in VALID.items() if k != "experiment"}, "experiment: expected a value"),
         (["not", "a", "mapping"], "top level: expected a mapping"),
     ],
