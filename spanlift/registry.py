@@ -1,11 +1,18 @@
-"""A name → class registry, shared by solvers, backbones, operators and losses."""
+"""A name → class registry, shared by solvers, backbones, operators and losses.
 
-from collections.abc import Callable, Iterator
+A registry's plug-ins live in one package; `import_modules` imports every module of it, so a new
+plug-in is found by being there, with no list of modules kept by hand.
+"""
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from spanlift.errors import UnknownNameError
 
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 
 class Registry(Generic[T]):
@@ -41,3 +48,31 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._items
+
+
+class ClassRegistry(Registry[C]):
+    """A registry of classes that gives each class its registered name as `name`: the
+    registration is where a class is named, and the class does not restate it."""
+
+    def register(self, name: str) -> Callable[[C], C]:
+        add = super().register(name)
+
+        def add_named(cls: C) -> C:
+            if "name" in vars(cls):
+                raise ValueError(
+                    f"{self.kind} class {cls.__qualname__} already has the name {cls.name!r}; "
+                    f"its registration as {name!r} names it"
+                )
+            add(cls)
+            cls.name = name
+            return cls
+
+        return add_named
+
+
+def import_modules(package: str, path: Iterable[str]) -> None:
+    """Import every module of `package` (found on its `path`), in name order, so the plug-ins
+    they hold register themselves. Subpackages are left alone."""
+    modules = sorted(m.name for m in pkgutil.iter_modules(path) if not m.ispkg)
+    for module in modules:
+        importlib.import_module(f"{package}.{module}")
