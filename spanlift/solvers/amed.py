@@ -124,7 +124,6 @@ class StepNetwork(nn.Module):
 class AMED(IntermediatePointSolver):
     """AMED-Solver: x_{i+1} = x_i + h_i c_i d(x_i + (s_i − σ_i) d_i, s_i), s_i = σ_i^{1−r_i} σ_{i+1}^{r_i}."""
 
-    name = "amed"
     citation = "Zhou et al., CVPR 2024 (AMED)"
     reference = "zju-pi/diff-sampler amed-solver-main"
 
@@ -198,7 +197,6 @@ class InterleavedGrid(Grid):
 class AMEDPlugin(IntermediatePointSolver):
     """AMED-Plugin: a base multistep solver on σ_0, s_0, σ_1, …, σ_N, the landing on σ_{i+1} scaled by c_i."""
 
-    name = "amed_plugin"
     citation = "Zhou et al., CVPR 2024 (AMED)"
     reference = "zju-pi/diff-sampler amed-solver-main"
     steps_by_direction = False  # two substeps per step on the interleaved grid (`steps`)

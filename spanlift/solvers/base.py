@@ -78,6 +78,7 @@ class Solver(nn.Module):
     """
 
     name: ClassVar[str]
+    """The name it is registered under (`SOLVERS.register`), which sets it: never restated."""
     citation: ClassVar[str] = ""
     """The paper that defines the solver, e.g. "Lu et al., 2022 (DPM-Solver++)"."""
     reference: ClassVar[str] = ""

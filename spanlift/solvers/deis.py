@@ -76,7 +76,6 @@ def tab_weights(sigmas: Tensor, points: Tensor, point_weights: Tensor) -> Tensor
 class DEIS(Solver):
     """DEIS tAB: Adams–Bashforth over the last `order` derivatives, polynomial in VP time."""
 
-    name = "deis"
     citation = "Zhang & Chen, ICLR 2023 (DEIS)"
     reference = (
         "zju-pi/diff-sampler gits-main/solver_utils.py get_deis_coeff_list, solvers.py deis_sampler"

@@ -18,6 +18,5 @@ from spanlift.solvers.s4s_alt import LearnedMultistep
 class DLMS(LearnedMultistep):
     """DLMS: Δ_i = Σ_j c_{i,j} d_{i−j} (init iPNDM) on the fixed grid, trajectory supervision."""
 
-    name = "dlms"
     citation = "Liang et al., ICLR 2025 (DLMS)"
     supervision: ClassVar[str] = "trajectory"

@@ -30,7 +30,6 @@ from spanlift.solvers.registry import SOLVERS
 class DPMSolverPP(Solver):
     """DPM-Solver++ multistep (2M/3M) in data prediction over logSNR, one NFE per step."""
 
-    name = "dpm_solver_pp"
     citation = "Lu et al., 2022 (DPM-Solver++)"
     reference = "LuChengTHU/dpm-solver dpm_solver_pytorch.py"
 
@@ -42,7 +41,7 @@ class DPMSolverPP(Solver):
         lower_order_final: bool = True,
     ) -> None:
         super().__init__(sigmas, afs)
-        self.buffer_size = check_order(order, 3, "dpm_solver_pp")
+        self.buffer_size = check_order(order, 3, self.name)
         self.lower_order_final = lower_order_final
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:

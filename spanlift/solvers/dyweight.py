@@ -20,12 +20,11 @@ from spanlift.solvers.registry import SOLVERS
 class DyWeight(Solver):
     """DyWeight: learned weights over the last `order` derivatives (init iPNDM) and time scaling."""
 
-    name = "dyweight"
     citation = "Zhao et al., CVPR 2026 (DyWeight)"
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:
         super().__init__(sigmas, afs)
-        self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), "dyweight")
+        self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), self.name)
         self.weights = nn.Parameter(ipndm_weights(self.num_steps, order).float())
         self.log_time_scale = nn.Parameter(torch.zeros(self.num_steps))
         mask = torch.ones(self.num_steps, order).tril()

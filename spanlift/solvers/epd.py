@@ -61,7 +61,6 @@ def initial_points(solver: str, points: int, r_init: Sequence[float] | None) -> 
 class EPDPlugin(IntermediatePointSolver):
     """EPD-Plugin: x_{i+1} = x_i + h_i c_i Σ_k λ_{i,k} d(x_i + (s_{i,k} − σ_i) Δ_i^base, s_{i,k})."""
 
-    name = "epd_plugin"
     citation = "Zhu et al., ICCV 2025 (EPD)"
     reference = "BeierZhu/EPD"
 
@@ -103,7 +102,6 @@ class EPDPlugin(IntermediatePointSolver):
 class EPD(EPDPlugin):
     """EPD-Solver: x_{i+1} = x_i + h_i c_i Σ_k λ_{i,k} d(x_i + (s_{i,k} − σ_i) d_i, s_{i,k})."""
 
-    name = "epd"
     citation = "Zhu et al., ICCV 2025 (EPD)"
     reference = "BeierZhu/EPD"
 

@@ -10,7 +10,6 @@ from spanlift.solvers.registry import SOLVERS
 class Euler(Solver):
     """Euler / DDIM: x_{i+1} = x_i + h_i d_i. First order, one evaluation per step."""
 
-    name = "euler"
     citation = "Song et al., ICLR 2021 (DDIM); Karras et al., NeurIPS 2022 (EDM)"
     reference = "NVlabs/edm generate.py"
 

@@ -142,7 +142,6 @@ def searchable(sigmas: Tensor | Grid) -> FixedGrid | LearnedGrid:
 class GITS(OnBase):
     """GITS: a base solver on the grid a DP picks over a fine grid from teacher warm-up paths."""
 
-    name = "gits"
     citation = "Chen et al., ICML 2024 (GITS)"
     reference = "zju-pi/diff-sampler gits-main/gits_utils.py get_dp_list, dp"
 

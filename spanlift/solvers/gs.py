@@ -69,7 +69,6 @@ def row(table: Tensor, i: int, like: Tensor) -> Tensor:
 class GS(Solver):
     """GS: DPM-Solver++(3M) on a learned grid, with learned evaluation offsets and corrections."""
 
-    name = "gs"
     citation = "Oganov et al., ICLR 2026 (GAS)"
     reference = "3145tttt/GAS src/gas/generalized_solver.py GeneralizedSolver.sample"
 

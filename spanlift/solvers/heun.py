@@ -17,7 +17,6 @@ from spanlift.solvers.registry import SOLVERS
 class Heun(Solver):
     """Heun (EDM): second order, 2 evaluations per step, Euler on the last step."""
 
-    name = "heun"
     citation = "Karras et al., NeurIPS 2022 (EDM), Algorithm 1"
     reference = "NVlabs/edm generate.py edm_sampler"
 

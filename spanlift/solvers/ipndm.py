@@ -41,13 +41,12 @@ def check_order(order: int, highest: int, solver: str) -> int:
 class IPNDM(Solver):
     """iPNDM: Adams–Bashforth over the last `order` derivatives (orders 1–4), one NFE per step."""
 
-    name = "ipndm"
     citation = "Zhang & Chen, ICLR 2023 (DEIS)"
     reference = "zju-pi/diff-sampler solvers.py ipndm_sampler"
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:
         super().__init__(sigmas, afs)
-        self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), "ipndm")
+        self.buffer_size = check_order(order, len(ADAMS_BASHFORTH), self.name)
         self.register_buffer("weights", ipndm_weights(self.num_steps, order))
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:

@@ -45,7 +45,6 @@ class LD3(OnBase):
     base's; `slack` is the relative radius of LD3's soft teacher ball (`input_slack`).
     """
 
-    name = "ld3"
     citation = "Tong et al., ICLR 2025 (LD3)"
     reference = "vinhsuhi/LD3"
 

@@ -72,7 +72,6 @@ def pca_basis(rows: Tensor, direction: Tensor, flip: Tensor, components: int) ->
 class PAS(OnBase):
     """PAS: the base's direction corrected in a PCA basis of the trajectory by learned coordinates."""
 
-    name = "pas"
     citation = "Wang et al., ICML 2025 (PAS)"
     reference = "onefly123/PAS pca_utils/utils.py correction_d, PCA_process; pas_solvers.py"
     supervision: ClassVar[str] = "trajectory"

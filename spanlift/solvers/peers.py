@@ -251,7 +251,6 @@ def register(adapter: type[PeerSolver], prefix: str, rows: Iterable[Peer]) -> di
                 "__module__": adapter.__module__,
                 "__qualname__": class_name,
                 "peer": row,
-                "name": name,
                 "citation": row.citation,
                 "reference": f"{adapter.repository} {row.name}",
             },

@@ -1,5 +1,6 @@
-"""The solver registry: name → class. Adding a solver is one file and one `register` line."""
+"""The solver registry: name → class. Adding a solver is one file in this package with one
+`register` line; the registration names the class (`Solver.name`)."""
 
-from spanlift.registry import Registry
+from spanlift.registry import ClassRegistry
 
-SOLVERS: Registry = Registry("solver")
+SOLVERS: ClassRegistry = ClassRegistry("solver")

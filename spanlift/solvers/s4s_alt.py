@@ -34,10 +34,9 @@ from spanlift.solvers.registry import SOLVERS
 class LearnedMultistep(Solver):
     """Learned multistep coefficients: Δ_i = Σ_{j ≤ min(i, K−1)} c_{i,j} d_{i−j}, c init iPNDM(K).
 
-    c is kept in float64 so that the untrained solver equals iPNDM exactly in float64 too.
+    c is kept in float64 so that the untrained solver equals iPNDM exactly in float64 too. Not
+    registered itself: its `name` is that of the registered subclass (DLMS, S4S-Alt).
     """
-
-    name = "learned_multistep"
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:
         super().__init__(sigmas, afs)
@@ -52,7 +51,6 @@ class LearnedMultistep(Solver):
 class S4SAlt(LearnedMultistep):
     """S4S-Alt: Δ_i = Σ_j c_{i,j} d_{i−j} (init iPNDM) on a learned LD3 grid, fitted alternately."""
 
-    name = "s4s_alt"
     citation = "Frankel et al., ICML 2025 (S4S)"
 
     def __init__(
@@ -63,7 +61,7 @@ class S4SAlt(LearnedMultistep):
         alternate_every: int = 50,
     ) -> None:
         super().__init__(learned_grid(sigmas, self.name), afs, order)
-        self.alternate_every = check_positive("s4s_alt alternate_every", alternate_every)
+        self.alternate_every = check_positive(f"{self.name} alternate_every", alternate_every)
 
     def fits_grid(self, iteration: int) -> bool:
         """Whether `iteration` is in a grid phase (phase 1); phase 0 fits the coefficients."""

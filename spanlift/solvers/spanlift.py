@@ -34,7 +34,6 @@ SIGMA_FEATURE_FLOOR = 1e-4
 class SpanLift(OnBase):
     """SpanLift: base solver + FiLM-conditioned residual operator (scalar / pointwise / spatial)."""
 
-    name = "spanlift"
     citation = "the SpanLift paper"
     reference = "this package"
 

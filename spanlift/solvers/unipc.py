@@ -50,7 +50,6 @@ def unipc_coefficients(rks: Tensor, hh: Tensor) -> tuple[Tensor, Tensor, Tensor]
 class UniPC(Solver):
     """UniPC-bh2 predictor–corrector (orders 1–3) in data prediction, one NFE per step."""
 
-    name = "unipc"
     citation = "Zhao et al., NeurIPS 2023 (UniPC)"
     reference = "wl-zhao/UniPC uni_pc.py"
 
@@ -62,7 +61,7 @@ class UniPC(Solver):
         lower_order_final: bool = True,
     ) -> None:
         super().__init__(sigmas, afs)
-        self.order = check_order(order, 3, "unipc")
+        self.order = check_order(order, 3, self.name)
         self.lower_order_final = lower_order_final
         self.buffer_size = order + 1  # the corrector also reads the newest point
 
