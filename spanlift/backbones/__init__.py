@@ -1,11 +1,15 @@
-"""Frozen model adapters, each giving a denoiser D(x, σ) in EDM σ-form. Knows nothing of Ray or MLflow."""
+"""Frozen model adapters, each giving a denoiser D(x, σ) in EDM σ-form. Knows nothing of Ray or MLflow.
+
+Importing this package imports every module in it, so every backbone registers itself (a new
+backbone is found by its file being here).
+"""
 
 import inspect
 
-from spanlift.backbones import digits, edm, flux, gmm, latent_nowcast, nowcast, sana  # noqa: F401
 from spanlift.backbones.base import Backbone
 from spanlift.backbones.registry import BACKBONES
 from spanlift.errors import SettingsError
+from spanlift.registry import import_modules
 
 
 def backbone_options(cls: type[Backbone]) -> dict[str, object]:
@@ -26,5 +30,7 @@ def load_backbone(name: str, **options: object) -> Backbone:
         raise SettingsError(f"backbone {name!r} has no option {unknown[0]!r}; its options: {known}")
     return cls(**options)
 
+
+import_modules(__name__, __path__)  # last: a module may import the functions above (`loaded`)
 
 __all__ = ["BACKBONES", "Backbone", "backbone_options", "load_backbone"]

@@ -21,6 +21,8 @@ class Backbone(nn.Module, ABC):
     Subclasses set `shape` (C, H, W of one sample), `sigma_min` and `sigma_max`.
     """
 
+    name: ClassVar[str]
+    """The name it is registered under (`BACKBONES.register`), which sets it: never restated."""
     shape: tuple[int, ...]
     sigma_min: float
     sigma_max: float

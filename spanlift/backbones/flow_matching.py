@@ -129,7 +129,6 @@ class FlowMatchingBackbone(Backbone):
     prompt encoding (`encode`) and the latent geometry.
     """
 
-    name: ClassVar[str]  # the registered name, for messages
     pipeline_name: ClassVar[str]  # the diffusers pipeline class
     repository: ClassVar[str]  # a Hugging Face repository holding such a folder
     components: ClassVar[tuple[str, ...]]  # the folder's sub-folders the pipeline loads

@@ -72,7 +72,6 @@ def image_ids(rows: int, columns: int) -> Tensor:
 class Flux(FlowMatchingBackbone):
     """FLUX.1 text-to-image latent flow matching from a local FluxPipeline folder (guidance 3.5)."""
 
-    name = "flux"
     pipeline_name = "FluxPipeline"
     repository = REPOSITORY
     components = (

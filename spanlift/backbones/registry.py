@@ -1,5 +1,6 @@
-"""The backbone registry: name → class. Adding a backbone is one file and one `register` line."""
+"""The backbone registry: name → class. Adding a backbone is one file in this package with one
+`register` line; the registration names the class (`name`)."""
 
-from spanlift.registry import Registry
+from spanlift.registry import ClassRegistry
 
-BACKBONES: Registry = Registry("backbone")
+BACKBONES: ClassRegistry = ClassRegistry("backbone")

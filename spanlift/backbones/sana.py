@@ -51,7 +51,6 @@ ENCODING = ("clean_caption", "max_sequence_length", "complex_human_instruction")
 class Sana(FlowMatchingBackbone):
     """SANA text-to-image latent flow matching from a local SanaPipeline folder (CFG 4.5)."""
 
-    name = "sana"
     pipeline_name = "SanaPipeline"
     repository = REPOSITORY
     components = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
