@@ -35,7 +35,7 @@ from spanlift.platform.ray_runtime import (
     start_ray,
 )
 from spanlift.platform.storage import Storage, open_storage
-from spanlift.platform.sweep.config import PROBE_SIGMAS, Probe, SweepConfig, load_sweep
+from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.distinct_search import DistinctSearch
 from spanlift.platform.sweep.progress import (
     console_settings,
@@ -43,7 +43,10 @@ from spanlift.platform.sweep.progress import (
     quiet_console,
     restore_console,
 )
-from spanlift.platform.sweep.space import SolverSpace  # also where saved Tune states find it
+from spanlift.platform.sweep.space import (
+    SearchSpace,
+    SolverSpace,  # noqa: F401  (saved Tune states find it here)
+)
 from spanlift.platform.sweep.stages import Stages
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.stored_values import StoredValues
@@ -57,8 +60,6 @@ from spanlift.platform.tracking.runs import (
     resolve_tracking_uri,
     source_tags,
 )
-from spanlift.solvers import build_solver
-from spanlift.solvers.loading import is_learnable, needs_fitted_base
 
 
 class FinalMetricOptunaSearch(OptunaSearch):
@@ -71,40 +72,18 @@ class FinalMetricOptunaSearch(OptunaSearch):
 
 def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
     """Optuna's GridSampler over the index of every configuration: each runs exactly once, the
-    longest first (`longest_first`)."""
-    indices = list(range(len(config.trials())))
-    space = {"trial": optuna.distributions.CategoricalDistribution(indices)}
-    sampler = optuna.samplers.GridSampler({"trial": indices}, seed=0)
+    longest first (`space.longest_first`)."""
+    space = SearchSpace(config)
+    indices = space.indices()
+    distributions = {k: optuna.distributions.CategoricalDistribution(v) for k, v in indices.items()}
     searcher = FinalMetricOptunaSearch(
-        space,
+        distributions,
         metric=config.search_metric,
         mode=config.mode,
-        sampler=sampler,
-        points_to_evaluate=[{"trial": i} for i in longest_first(config)],
+        sampler=optuna.samplers.GridSampler(indices, seed=0),
+        points_to_evaluate=space.longest_first(),
     )
-    return searcher, len(indices)
-
-
-def longest_first(config: SweepConfig) -> list[int]:
-    """The grid's configurations in the order that ends a sweep soonest: the longest first, so the
-    last to start are short ones that fill the gaps (the longest-processing-time rule). A trial's
-    length is guessed from what it does: a solver on a fitted base (a two-stage SpanLift, which
-    fits its base first) before a fitted solver before an analytic one, then by the fit's
-    iterations × NFE × replicates; a base so runs inside the trial that needs it, before its own
-    trial takes it from the fit cache. Ties keep file order."""
-
-    grid = config.grid()
-
-    def length(index: int) -> tuple[int, float]:
-        entry, spec = grid[index]
-        solver = build_solver(spec, *PROBE_SIGMAS, channels=1)
-        if not is_learnable(solver):
-            return 0, spec.nfe
-        fit = config.fit_of(entry)
-        stages = 2 if needs_fitted_base(spec, Probe()) else 1
-        return stages, fit.iterations * spec.nfe * len(config.replicate_seeds(entry))
-
-    return sorted(range(len(config.trials())), key=length, reverse=True)
+    return searcher, space.size
 
 
 def tpe_search(context: SweepContext, concurrency: int) -> tuple[DistinctSearch, int]:
@@ -112,7 +91,7 @@ def tpe_search(context: SweepContext, concurrency: int) -> tuple[DistinctSearch,
     proposals already measured answered from their values (`distinct_search.py`)."""
     config = context.config
     sampler = optuna.samplers.TPESampler(seed=config.fit.seed)
-    space = SolverSpace(config)
+    space = SearchSpace(config).by_entry()
     inner = OptunaSearch(space, metric=config.search_metric, mode=config.mode, sampler=sampler)
     stored = StoredValues(replace(context, evaluators=()))
     return DistinctSearch(inner, config, lag=concurrency, lookup=stored), config.num_samples
