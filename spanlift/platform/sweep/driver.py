@@ -1,7 +1,7 @@
 """`spanlift sweep`: a sweep YAML run as a Ray Tune experiment driven by Optuna.
 
     validate YAML → reach MLflow → start/join Ray → check a trial fits → teacher (once, parallel)
-    → parent MLflow run → Tuner(OptunaSearch: grid over configurations, or TPE)
+    → parent MLflow run → Tuner(OptunaSearch with the sweep's searcher, `searchers/`)
     → one child MLflow run per configuration → summary
 
 Everything lands under `<storage>/<experiment>/`: `teacher/` (the cache), `fitted/` (solver
@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import optuna
 import ray
 from ray import tune
 from ray.tune.search import Searcher
@@ -70,45 +69,23 @@ class FinalMetricOptunaSearch(OptunaSearch):
             super().on_trial_result(trial_id, result)
 
 
-def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
-    """Optuna's GridSampler over the index of every configuration: each runs exactly once, the
-    longest first (`space.longest_first`)."""
-    space = SearchSpace(config)
-    indices = space.indices()
-    distributions = {k: optuna.distributions.CategoricalDistribution(v) for k, v in indices.items()}
-    searcher = FinalMetricOptunaSearch(
-        distributions,
-        metric=config.search_metric,
-        mode=config.mode,
-        sampler=optuna.samplers.GridSampler(indices, seed=0),
-        points_to_evaluate=space.longest_first(),
-    )
-    return searcher, space.size
-
-
-def tpe_search(context: SweepContext, concurrency: int) -> tuple[DistinctSearch, int]:
-    """Optuna TPE over the sweep's define-by-run space: `num_samples` distinct configurations,
-    proposals already measured answered from their values (`distinct_search.py`)."""
-    config = context.config
-    sampler = optuna.samplers.TPESampler(seed=config.fit.seed)
-    space = SearchSpace(config).by_entry()
-    inner = OptunaSearch(space, metric=config.search_metric, mode=config.mode, sampler=sampler)
-    stored = StoredValues(replace(context, evaluators=()))
-    return DistinctSearch(inner, config, lag=concurrency, lookup=stored), config.num_samples
-
-
 def searcher_for(context: SweepContext, concurrency: int) -> tuple[Searcher, int]:
-    """The sweep's searcher and its number of trials: a grid over every configuration, or TPE;
-    TPE over a space no larger than `num_samples` runs each configuration once, as a grid."""
+    """The sweep's searcher (`search.algorithm`, `searchers/`) as an OptunaSearch, and its number
+    of trials; one whose proposals can repeat runs inside the distinct-configuration layer."""
     config = context.config
-    if config.algorithm == "tpe" and not tpe_space_is_larger(config):
-        return grid_search(config)
-    return grid_search(config) if config.algorithm == "grid" else tpe_search(context, concurrency)
-
-
-def tpe_space_is_larger(config: SweepConfig) -> bool:
-    """Whether TPE's space has more configurations than it is asked to measure."""
-    return len(config.trials()) > config.num_samples
+    space = SearchSpace(config)
+    plan = config.search.optuna(space)
+    searcher: Searcher = FinalMetricOptunaSearch(
+        plan.space,
+        metric=space.metric,
+        mode=space.mode,
+        sampler=plan.sampler,
+        points_to_evaluate=plan.points,
+    )
+    if config.search.repeats(space.size):
+        stored = StoredValues(replace(context, evaluators=()))
+        searcher = DistinctSearch(searcher, config, lag=concurrency, lookup=stored)
+    return searcher, config.search.trials(space.size)
 
 
 @dataclass(frozen=True)
@@ -296,14 +273,10 @@ def run_sweep(
 
 
 def running_detail(config: SweepConfig, concurrency: int) -> str:
-    """`12, 2 at a time`; for TPE over a space smaller than num_samples, that it runs a grid."""
+    """`12, 2 at a time`, and what the searcher adds (`SearchAlgorithm.note`)."""
     detail = f"{expected_configurations(config)}, {concurrency} at a time"
-    if config.algorithm == "tpe" and not tpe_space_is_larger(config):
-        detail += (
-            f"; the search space has {len(config.trials())} configurations, no more than "
-            f"num_samples {config.num_samples}: each runs once"
-        )
-    return detail
+    note = config.search.note(len(config.trials()))
+    return f"{detail}; {note}" if note else detail
 
 
 def open_sweep_run(
