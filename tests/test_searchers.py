@@ -3,12 +3,14 @@ options sit beside it; the config reader, the driver, the summary and the stored
 never its name. A Tune config is written and read in one module (`space.py`)."""
 
 import importlib
+import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import spanlift
-from spanlift.platform.sweep.config import SweepConfigError, parse_sweep
+from spanlift.platform.sweep.config import SweepConfig, SweepConfigError, parse_sweep
 from spanlift.platform.sweep.distinct_search import DistinctSearch
 from spanlift.platform.sweep.driver import searcher_for
 from spanlift.platform.sweep.searchers import SEARCHERS
@@ -143,6 +145,20 @@ def test_saved_tune_states_find_what_they_name() -> None:
     config = parse_sweep(sweep())
     assert decode({"trial": 2}, config) == config.grid()[2]
     assert decode({"entry": 0, "0.nfe": 4, "0.order": 2}, config) == config.grid()[4]
+
+
+def test_a_config_pickled_with_its_searcher_in_two_fields_gets_it_back() -> None:
+    """A Tune state pickles the sweep's config with its searcher (in `SolverSpace`, in the store
+    lookup of the distinct layer); one holding `algorithm` and `num_samples` fields is read into
+    the searcher they name, and the config is still replaced field by field."""
+    config = parse_sweep(sweep({"algorithm": "tpe", "num_samples": 4}))
+    fields = {k: v for k, v in vars(config).items() if k != "search"}
+    saved = SweepConfig.__new__(SweepConfig)
+    vars(saved).update(fields, algorithm="tpe", num_samples=4)
+    restored = pickle.loads(pickle.dumps(saved))
+    assert restored.search == config.search and restored.as_dict() == config.as_dict()
+    assert replace(restored, fit=replace(restored.fit, seed=1)).fit.seed == 1
+    assert pickle.loads(pickle.dumps(config)) == config
 
 
 def test_no_searcher_is_named_outside_its_own_file() -> None:

@@ -24,6 +24,7 @@ from spanlift.platform.sweep.searchers import (
     OptionError,
     SearchAlgorithm,
     default_search,
+    stored_searcher,
 )
 from spanlift.platform.tracking.metrics import check_search_metric
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
@@ -200,6 +201,14 @@ class SweepConfig:
     def algorithm(self) -> str:
         """The searcher's name."""
         return self.search.name
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled from a Tune state: one saved with the searcher in `algorithm` and
+        `num_samples` fields, as the stored sweep still writes it, gets its searcher back."""
+        if "search" not in state:
+            stored = {k: state.pop(k) for k in ("algorithm", "num_samples") if k in state}
+            state["search"] = stored_searcher(stored)
+        self.__dict__.update(state)
 
     @property
     def search_metric(self) -> str:

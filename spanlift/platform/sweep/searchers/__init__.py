@@ -11,9 +11,18 @@ from spanlift.platform.sweep.searchers.base import (
     SearchAlgorithm,
     Space,
     default_search,
+    stored_searcher,
 )
 
 for _found in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_found.name}")
 
-__all__ = ["SEARCHERS", "OptionError", "OptunaPlan", "SearchAlgorithm", "Space", "default_search"]
+__all__ = [
+    "SEARCHERS",
+    "OptionError",
+    "OptunaPlan",
+    "SearchAlgorithm",
+    "Space",
+    "default_search",
+    "stored_searcher",
+]

@@ -176,6 +176,12 @@ def register(name: str) -> Callable[[S], S]:
     return add
 
 
+def stored_searcher(stored: dict[str, Any]) -> SearchAlgorithm:
+    """The searcher a stored sweep names (`SearchAlgorithm.stored`), with the options it takes."""
+    searcher = SEARCHERS.get(stored["algorithm"])
+    return searcher(**{k: stored[k] for k in searcher.options() if k in stored})
+
+
 def default_search() -> SearchAlgorithm:
     """The searcher of a sweep file that names none, with its default options."""
     return next(cls for _, cls in SEARCHERS if cls.default)()
