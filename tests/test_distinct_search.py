@@ -8,7 +8,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from spanlift.platform.sweep.config import parse_sweep
 from spanlift.platform.sweep.distinct_search import DistinctSearch, identity
-from spanlift.platform.sweep.driver import SolverSpace, tpe_space_is_larger
+from spanlift.platform.sweep.space import SolverSpace
 
 SWEEP = {
     "experiment": "tpe",
@@ -99,6 +99,7 @@ def test_an_exhausted_space_ends_the_search() -> None:
 
 
 def test_a_space_no_larger_than_num_samples_runs_as_a_grid() -> None:
-    assert tpe_space_is_larger(parse_sweep(SWEEP))
+    config = parse_sweep(SWEEP)
+    assert config.search.repeats(len(config.trials()))  # inside the distinct layer
     small = parse_sweep({**SWEEP, "search": {**SWEEP["search"], "num_samples": 14}})
-    assert not tpe_space_is_larger(small)
+    assert not small.search.repeats(len(small.trials()))

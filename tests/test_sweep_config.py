@@ -98,8 +98,8 @@ def changed(path: list, value: object) -> dict:
         (changed(["solvers", 1, "search", "kernel_size"], 3), "solvers[1].search.kernel_size"),
         (changed(["solvers"], []), "solvers: expected at least one solver"),
         (
-            changed(["search"], {"algorithm": "random"}),
-            "search.algorithm: expected 'grid' or 'tpe'",
+            changed(["search"], {"algorithm": "simplex"}),
+            "search.algorithm: expected one of grid, ",
         ),
         (changed(["search"], {"mode": "best"}), "search.mode"),
         (changed(["fit"], {"lr": -1.0}), "fit: fit setting lr must be a positive number"),

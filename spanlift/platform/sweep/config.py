@@ -9,7 +9,7 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -19,6 +19,13 @@ from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
 from spanlift.platform.storage import check_storage, is_uri
+from spanlift.platform.sweep.searchers import (
+    SEARCHERS,
+    OptionError,
+    SearchAlgorithm,
+    default_search,
+    stored_searcher,
+)
 from spanlift.platform.tracking.metrics import check_search_metric
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
 from spanlift.solvers.schedules import EDM_SIGMA_MAX, EDM_SIGMA_MIN, SCHEDULES
@@ -176,8 +183,8 @@ class SweepConfig:
     backbone_options: dict[str, Any]
     teacher: TeacherConfig
     solvers: tuple[SolverEntry, ...]
-    algorithm: str = "grid"
-    num_samples: int = 0
+    search: SearchAlgorithm = field(default_factory=default_search)
+    """The searcher `search.algorithm` names, with its options (`platform/sweep/searchers/`)."""
     metric: str = "rmse"
     mode: str = "min"
     fit: FitSettings = field(default_factory=FitSettings)
@@ -189,6 +196,19 @@ class SweepConfig:
     seeds: tuple[int, ...] = ()
     """The fit seeds of every learned configuration (`fit: {seeds: [0, 1, 2]}`): one replicate,
     its own run, per seed; (): `fit.seed` alone."""
+
+    @property
+    def algorithm(self) -> str:
+        """The searcher's name."""
+        return self.search.name
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled from a Tune state: one saved with the searcher in `algorithm` and
+        `num_samples` fields, as the stored sweep still writes it, gets its searcher back."""
+        if "search" not in state:
+            stored = {k: state.pop(k) for k in ("algorithm", "num_samples") if k in state}
+            state["search"] = stored_searcher(stored)
+        self.__dict__.update(state)
 
     @property
     def search_metric(self) -> str:
@@ -233,8 +253,12 @@ class SweepConfig:
         return tuple(entry.fit.get("seeds") or self.seeds or (self.fit_of(entry).seed,))
 
     def as_dict(self) -> dict[str, Any]:
-        """The validated sweep, defaults filled in, as plain data (stored with the Tune state)."""
-        data = json.loads(json.dumps({**asdict(self), "fit": self.fit.to_dict()}, default=str))
+        """The validated sweep, defaults filled in, as plain data (stored with the Tune state);
+        the searcher as `algorithm`, `num_samples` and its options (`SearchAlgorithm.stored`)."""
+        data: dict[str, Any] = {}
+        for key, value in {**asdict(self), "fit": self.fit.to_dict()}.items():
+            data |= self.search.stored() if key == "search" else {key: value}
+        data = json.loads(json.dumps(data, default=str))
         data.pop("source")
         return data
 
@@ -248,10 +272,10 @@ class _Reader:
             self.fail("", data, "a mapping of keys to values")
         self.data = data
 
-    def fail(self, key: str, value: Any, expected: str) -> None:
+    def fail(self, key: str, value: Any, expected: str) -> NoReturn:
         self.error(key, f"expected {expected}, got {value!r}")
 
-    def error(self, key: str, message: str) -> None:
+    def error(self, key: str, message: str) -> NoReturn:
         where = f"{self.path}.{key}" if self.path and key else (key or self.path or "top level")
         raise SweepConfigError(f"{self.source}: {where}: {message}")
 
@@ -501,10 +525,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
     )
 
     s = r.child("search", {})
-    s.only("algorithm", "num_samples", "metric", "mode")
-    algorithm = s.get("algorithm", str, SweepConfig.algorithm)
-    if algorithm not in ("grid", "tpe"):
-        s.fail("algorithm", algorithm, "'grid' or 'tpe'")
+    search = _searcher(s)
     mode = s.get("mode", str, SweepConfig.mode)
     if mode not in ("min", "max"):
         s.fail("mode", mode, "'min' or 'max'")
@@ -559,8 +580,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         backbone_options=_absolute_paths(b.get("options", dict, {}), folder),
         teacher=teacher,
         solvers=solvers,
-        algorithm=algorithm,
-        num_samples=s.positive_int("num_samples", 1) if algorithm == "tpe" else 0,
+        search=search,
         metric=metric,
         mode=mode,
         fit=fit,
@@ -571,6 +591,20 @@ def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) 
         source=source,
         seeds=seeds,
     )
+
+
+def _searcher(s: _Reader) -> SearchAlgorithm:
+    """The searcher `search.algorithm` names (a registered one), made from its options: the keys
+    of `search:` its dataclass declares."""
+    name = s.get("algorithm", str, default_search().name)
+    if name not in SEARCHERS:
+        s.fail("algorithm", name, f"one of {', '.join(SEARCHERS.names())}")
+    searcher = SEARCHERS.get(name)
+    s.only("algorithm", "metric", "mode", *searcher.options())
+    try:
+        return searcher(**{k: s.data[k] for k in searcher.options() if k in s.data})
+    except OptionError as exc:
+        s.fail(exc.key, exc.value, exc.expected)
 
 
 def stored_at(storage: str | None, folder: Path) -> str:

@@ -1,7 +1,9 @@
-"""TPE over distinct configurations, deterministic at a given concurrency.
+"""A sampling searcher (TPE, …) over distinct configurations, deterministic at a given concurrency.
 
-Optuna's TPE proposes configurations it has already seen; Tune would run each proposal as a trial,
-so a sweep of `num_samples` trials measured fewer configurations (14 asked, 6 measured). Here:
+An Optuna sampler proposes configurations it has already seen (TPE: 14 asked, 6 distinct); Tune
+would run each proposal as a trial, so a sweep of `num_samples` trials measured fewer
+configurations. The driver so wraps every searcher whose proposals can repeat
+(`SearchAlgorithm.repeats`), which searches the space by entry (`space.py`). Here:
 
 - **A proposal already measured is answered, not run.** Its value (the mean validation value of
   the search metric over its replicates), from this sweep or from the MLflow store (finished runs

@@ -1,7 +1,7 @@
 """`spanlift sweep`: a sweep YAML run as a Ray Tune experiment driven by Optuna.
 
     validate YAML → reach MLflow → start/join Ray → check a trial fits → teacher (once, parallel)
-    → parent MLflow run → Tuner(OptunaSearch: grid over configurations, or TPE)
+    → parent MLflow run → Tuner(OptunaSearch with the sweep's searcher, `searchers/`)
     → one child MLflow run per configuration → summary
 
 Everything lands under `<storage>/<experiment>/`: `teacher/` (the cache), `fitted/` (solver
@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import optuna
 import ray
 from ray import tune
 from ray.tune.search import Searcher
@@ -35,7 +34,7 @@ from spanlift.platform.ray_runtime import (
     start_ray,
 )
 from spanlift.platform.storage import Storage, open_storage
-from spanlift.platform.sweep.config import PROBE_SIGMAS, Probe, SweepConfig, load_sweep
+from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.distinct_search import DistinctSearch
 from spanlift.platform.sweep.progress import (
     console_settings,
@@ -43,7 +42,10 @@ from spanlift.platform.sweep.progress import (
     quiet_console,
     restore_console,
 )
-from spanlift.platform.sweep.space import SolverSpace  # also where saved Tune states find it
+from spanlift.platform.sweep.space import (
+    SearchSpace,
+    SolverSpace,  # noqa: F401  (saved Tune states find it here)
+)
 from spanlift.platform.sweep.stages import Stages
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.stored_values import StoredValues
@@ -57,8 +59,6 @@ from spanlift.platform.tracking.runs import (
     resolve_tracking_uri,
     source_tags,
 )
-from spanlift.solvers import build_solver
-from spanlift.solvers.loading import is_learnable, needs_fitted_base
 
 
 class FinalMetricOptunaSearch(OptunaSearch):
@@ -69,67 +69,23 @@ class FinalMetricOptunaSearch(OptunaSearch):
             super().on_trial_result(trial_id, result)
 
 
-def grid_search(config: SweepConfig) -> tuple[OptunaSearch, int]:
-    """Optuna's GridSampler over the index of every configuration: each runs exactly once, the
-    longest first (`longest_first`)."""
-    indices = list(range(len(config.trials())))
-    space = {"trial": optuna.distributions.CategoricalDistribution(indices)}
-    sampler = optuna.samplers.GridSampler({"trial": indices}, seed=0)
-    searcher = FinalMetricOptunaSearch(
-        space,
-        metric=config.search_metric,
-        mode=config.mode,
-        sampler=sampler,
-        points_to_evaluate=[{"trial": i} for i in longest_first(config)],
-    )
-    return searcher, len(indices)
-
-
-def longest_first(config: SweepConfig) -> list[int]:
-    """The grid's configurations in the order that ends a sweep soonest: the longest first, so the
-    last to start are short ones that fill the gaps (the longest-processing-time rule). A trial's
-    length is guessed from what it does: a solver on a fitted base (a two-stage SpanLift, which
-    fits its base first) before a fitted solver before an analytic one, then by the fit's
-    iterations × NFE × replicates; a base so runs inside the trial that needs it, before its own
-    trial takes it from the fit cache. Ties keep file order."""
-
-    grid = config.grid()
-
-    def length(index: int) -> tuple[int, float]:
-        entry, spec = grid[index]
-        solver = build_solver(spec, *PROBE_SIGMAS, channels=1)
-        if not is_learnable(solver):
-            return 0, spec.nfe
-        fit = config.fit_of(entry)
-        stages = 2 if needs_fitted_base(spec, Probe()) else 1
-        return stages, fit.iterations * spec.nfe * len(config.replicate_seeds(entry))
-
-    return sorted(range(len(config.trials())), key=length, reverse=True)
-
-
-def tpe_search(context: SweepContext, concurrency: int) -> tuple[DistinctSearch, int]:
-    """Optuna TPE over the sweep's define-by-run space: `num_samples` distinct configurations,
-    proposals already measured answered from their values (`distinct_search.py`)."""
-    config = context.config
-    sampler = optuna.samplers.TPESampler(seed=config.fit.seed)
-    space = SolverSpace(config)
-    inner = OptunaSearch(space, metric=config.search_metric, mode=config.mode, sampler=sampler)
-    stored = StoredValues(replace(context, evaluators=()))
-    return DistinctSearch(inner, config, lag=concurrency, lookup=stored), config.num_samples
-
-
 def searcher_for(context: SweepContext, concurrency: int) -> tuple[Searcher, int]:
-    """The sweep's searcher and its number of trials: a grid over every configuration, or TPE;
-    TPE over a space no larger than `num_samples` runs each configuration once, as a grid."""
+    """The sweep's searcher (`search.algorithm`, `searchers/`) as an OptunaSearch, and its number
+    of trials; one whose proposals can repeat runs inside the distinct-configuration layer."""
     config = context.config
-    if config.algorithm == "tpe" and not tpe_space_is_larger(config):
-        return grid_search(config)
-    return grid_search(config) if config.algorithm == "grid" else tpe_search(context, concurrency)
-
-
-def tpe_space_is_larger(config: SweepConfig) -> bool:
-    """Whether TPE's space has more configurations than it is asked to measure."""
-    return len(config.trials()) > config.num_samples
+    space = SearchSpace(config)
+    plan = config.search.optuna(space)
+    searcher: Searcher = FinalMetricOptunaSearch(
+        plan.space,
+        metric=space.metric,
+        mode=space.mode,
+        sampler=plan.sampler,
+        points_to_evaluate=plan.points,
+    )
+    if config.search.repeats(space.size):
+        stored = StoredValues(replace(context, evaluators=()))
+        searcher = DistinctSearch(searcher, config, lag=concurrency, lookup=stored)
+    return searcher, config.search.trials(space.size)
 
 
 @dataclass(frozen=True)
@@ -317,14 +273,10 @@ def run_sweep(
 
 
 def running_detail(config: SweepConfig, concurrency: int) -> str:
-    """`12, 2 at a time`; for TPE over a space smaller than num_samples, that it runs a grid."""
+    """`12, 2 at a time`, and what the searcher adds (`SearchAlgorithm.note`)."""
     detail = f"{expected_configurations(config)}, {concurrency} at a time"
-    if config.algorithm == "tpe" and not tpe_space_is_larger(config):
-        detail += (
-            f"; the search space has {len(config.trials())} configurations, no more than "
-            f"num_samples {config.num_samples}: each runs once"
-        )
-    return detail
+    note = config.search.note(len(config.trials()))
+    return f"{detail}; {note}" if note else detail
 
 
 def open_sweep_run(

@@ -5,12 +5,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanlift.platform.configuration import code_version
+from spanlift.platform.sweep.space import decode
 from spanlift.platform.sweep.trial import (
     SweepContext,
     configuration,
     for_replicate,
     replicate_seeds,
-    trial_entry,
 )
 from spanlift.platform.tracking.runs import ConfigurationRuns
 
@@ -26,7 +26,7 @@ class StoredValues:
 
     def __call__(self, params: dict[str, Any]) -> float | None:
         context = self.context
-        entry, spec = trial_entry(params, context.config)
+        entry, spec = decode(params, context.config)
         runs = ConfigurationRuns(context.tracking_uri, context.config.experiment)
         version = None if context.reuse_across_versions else code_version()
         values = []

@@ -16,7 +16,7 @@ class SweepSummary:
     root: str
     tracking_uri: str
     configurations: int
-    """Configurations the sweep runs: the grid's size, or TPE's num_samples."""
+    """Distinct configurations the sweep's searcher measures (`expected_configurations`)."""
     finished: int
     failed: list[str]
     """`<configuration> nfe=<N>: <reason>` for each configuration that failed."""
@@ -35,7 +35,7 @@ class SweepSummary:
     """The search metric and whether lower (`min`) or higher is better."""
     answered: int = 0
     """Searcher proposals of configurations already measured, answered from their values
-    without a trial (TPE)."""
+    without a trial (a searcher whose proposals can repeat: `distinct_search.py`)."""
 
     @property
     def remaining(self) -> int:
@@ -47,10 +47,8 @@ class SweepSummary:
 
 
 def expected_configurations(config: SweepConfig) -> int:
-    """Distinct configurations the sweep measures: the grid's, or TPE's num_samples (at most the
-    space's size)."""
-    size = len(config.trials())
-    return size if config.algorithm == "grid" else min(size, config.num_samples)
+    """Distinct configurations the sweep's searcher measures of its space (`trials`)."""
+    return config.search.trials(len(config.trials()))
 
 
 def best_of(finished: list[Any], config: SweepConfig) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from spanlift.platform.sampling.score import Score, score, score_batch
 from spanlift.platform.sampling.teacher import supervision_sigmas
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import PROBE_SIGMAS, SolverEntry, SweepConfig
+from spanlift.platform.sweep.space import decode
 from spanlift.platform.sweep.teacher import SweepTeachers, read_entry, sweep_seeds
 from spanlift.platform.sweep.train_fit import fit_on_ray_train
 from spanlift.platform.sweep.trial_fit import fit_in_trial
@@ -109,29 +110,15 @@ class SweepContext:
         return loaded_backbone(self.config.backbone, self.config.backbone_options).to(self.device)
 
 
-def trial_entry(params: dict[str, Any], config: SweepConfig) -> tuple[SolverEntry, SolverSpec]:
-    """The solver entry and spec a Tune config stands for: a grid index, or TPE's per-entry
-    choices."""
-    if "trial" in params:
-        return config.grid()[int(params["trial"])]
-    index = int(params["entry"])
-    entry = config.solvers[index]
-    searched = {k: params[f"{index}.{k}"] for k in entry.search}
-    spec = SolverSpec(
-        entry.name, int(params[f"{index}.nfe"]), entry.schedule, {**entry.settings, **searched}
-    )
-    return entry, spec
-
-
 def trial_spec(params: dict[str, Any], config: SweepConfig) -> SolverSpec:
     """The solver spec a Tune config stands for."""
-    return trial_entry(params, config)[1]
+    return decode(params, config)[1]
 
 
 def trial_name(params: dict[str, Any], config: SweepConfig) -> str:
     """The name of a Tune config's runs, `dyweight nfe=3` or with its entry's label
     `DyWeight (long) nfe=3`: what the progress view and the summary call it."""
-    entry, spec = trial_entry(params, config)
+    entry, spec = decode(params, config)
     return run_name(spec, entry.label)
 
 
@@ -257,7 +244,7 @@ class Phases:
 def run_trial(params: dict[str, Any], context: SweepContext) -> None:
     """The Tune function of a sweep: runs the configuration's replicates and reports the mean of
     every metric over them (the searcher reads `val_<metric>`)."""
-    entry, spec = trial_entry(params, context.config)
+    entry, spec = decode(params, context.config)
     if context.config.resources.fits_in_trial:
         torch.set_num_threads(context.config.resources.fit_threads)
     phases = Phases()
