@@ -233,17 +233,20 @@ def test_auto_keeps_everything_when_it_fits_and_else_recomputes_or_splits_by_cos
         assert abs(measured - predicted) <= 0.15 * measured, memory
 
 
-def measured_update(digits, teacher, solver, checkpoint: str, precision: str) -> int:
+def measured_update(backbone, teacher, solver, checkpoint: str, precision: str) -> int:
     """Peak bytes of one update on the whole teacher set (the fit's first, optimizer state
     included), as `Optimization.measured_step` records it."""
     settings = FitSettings(batch_size=len(teacher), checkpoint=checkpoint, precision=precision)
     plan = MemoryPlan.of(checkpoint, precision, 0, len(teacher))
     params = [p for p in solver.parameters() if p.requires_grad]
     steps = Optimization.set_up(solver, params, teacher, settings, plan)
-    loss = objective(solver, settings, digits, plan)
-    return device_peak(
-        torch.device("cpu"), lambda: steps.step(solver, solver, loss, teacher, 0, settings)
-    )
+    loss = objective(solver, settings, backbone, plan)
+
+    def update() -> None:
+        with plan.blocks_of(backbone.blocks):
+            steps.step(solver, solver, loss, teacher, 0, settings)
+
+    return device_peak(torch.device("cpu"), update)
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
