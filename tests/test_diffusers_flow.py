@@ -496,6 +496,23 @@ def test_a_fit_on_sana_lowers_its_endpoint_error(sana) -> None:
     assert error() < 0.7 * before
 
 
+@pytest.mark.parametrize("name", ["sana", "flux"])
+def test_prompts_are_encoded_in_the_encoders_precision_under_a_fits_autocast(
+    name, folders, request
+) -> None:
+    """A half-precision fit runs the backbone under autocast; the prompts it is the first to
+    need are encoded as without it, since their encoding is kept for every later call."""
+    backbone = request.getfixturevalue(name)
+    fresh = type(backbone)(
+        path=folders[name], prompts=folders["prompts"], resolution=backbone.resolution
+    )
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        first = fresh.embeddings([0, 1])
+    for kept, plain in zip(first, backbone.embeddings([0, 1]), strict=True):
+        assert kept.dtype == plain.dtype
+        assert torch.equal(kept, plain)
+
+
 def test_identity_follows_weights_prompts_and_options(sana, folders, entries, tmp_path) -> None:
     options = {"path": folders["sana"], "prompts": folders["prompts"]}
     same = Sana(**options, resolution=SANA_RESOLUTION)

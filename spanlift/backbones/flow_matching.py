@@ -286,11 +286,13 @@ class FlowMatchingBackbone(Backbone):
 
     def embeddings(self, indices: list[int]) -> Embeddings:
         """The encodings of prompts `indices`, stacked on the transformer's device. Each prompt is
-        encoded once, in batches of ENCODE_BATCH, and then kept on the CPU."""
+        encoded once, in batches of ENCODE_BATCH, and then kept on the CPU; in the text encoders'
+        own precision, also when the first call that needs it runs under a fit's autocast (what
+        is kept serves every later call: teacher, fit and evaluation)."""
         missing = sorted(set(indices) - self._encoded.keys())
         for start in range(0, len(missing), ENCODE_BATCH):
             batch = missing[start : start + ENCODE_BATCH]
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(self.encoder_device().type, enabled=False):
                 encoded = self.encode([self.split.texts[index] for index in batch])
             for row, index in enumerate(batch):
                 self._encoded[index] = tuple(t[row : row + 1].cpu() for t in encoded)

@@ -18,11 +18,15 @@ _LOADED: OrderedDict[str, Backbone] = OrderedDict()
 _LOADS = 0
 
 
+def loaded_key(name: str, options: dict[str, object] | None) -> str:
+    return json.dumps([name, options or {}], sort_keys=True, default=str)
+
+
 def loaded_backbone(name: str, options: dict[str, object] | None = None) -> Backbone:
     """This process's `load_backbone(name, **options)`, loaded on first use."""
     global _LOADS
     options = options or {}
-    key = json.dumps([name, options], sort_keys=True, default=str)
+    key = loaded_key(name, options)
     if key not in _LOADED:
         _LOADED[key] = load_backbone(name, **options)
         _LOADS += 1
@@ -30,6 +34,14 @@ def loaded_backbone(name: str, options: dict[str, object] | None = None) -> Back
             _LOADED.popitem(last=False)
     _LOADED.move_to_end(key)
     return _LOADED[key]
+
+
+def keep_loaded(name: str, options: dict[str, object] | None, backbone: Backbone) -> None:
+    """`backbone` as this process's copy of `name` with `options`, instead of loading it: a
+    stand-in built elsewhere (a random-weight network of the real size, to plan memory where
+    the real weights cannot be read)."""
+    _LOADED[loaded_key(name, options)] = backbone
+    _LOADED.move_to_end(loaded_key(name, options))
 
 
 def backbone_loads() -> int:

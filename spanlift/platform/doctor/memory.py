@@ -36,6 +36,7 @@ from spanlift.platform.fitting.memory_plan import (
     loss_cost,
     probe_backbone,
     probe_solver,
+    weights_of,
 )
 from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.platform.sampling.teacher import TeacherSet
@@ -83,7 +84,8 @@ class SweepProbe:
         loss = endpoint_loss(settings, self.backbone)
         target = self.one.endpoints.to(self.device)
         networks = module_bytes(*loss_networks(loss)) if loss_networks(loss) else 0
-        return loss_cost(loss, target, settings.precision, self.device), networks
+        weights = weights_of(self.backbone)
+        return loss_cost(loss, target, settings.precision, self.device, weights), networks
 
     def fit(self, spec: SolverSpec, settings: FitSettings) -> Outcome:
         """The fit of `spec` with `settings`: its predicted peak against the GPU."""

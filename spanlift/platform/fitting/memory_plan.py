@@ -5,15 +5,19 @@ with gradients to its input (kept for backward, and its peak through backward; a
 blocks recomputed when it has blocks, and once without gradients), the loss on one sample, and
 the solver's own arithmetic over a whole rollout with the backbone replaced by a stand-in
 (D = x/2, which keeps nothing) that also counts the rows each call passes. All figures are per
-sample; memory is linear in the samples of a pass, so for b samples per backward pass
+sample, and memory is linear in the samples of a pass, except what a call keeps whatever its
+batch: under autocast, the half-precision copies of float32 weights its ops save for backward
+(f: `tensor_memory.saved_for_backward`'s `fixed`, once per call). A quantity q measured at one
+sample is q' = q − f per sample, and for b samples per backward pass
 
-    none    b · (R · kept_call + solver + max(loss, r · (peak_call − kept_call)))
-    calls   b · (R · input     + solver + max(loss, r · peak_call))
-    blocks  b · (R · kept_blk  + solver + max(loss, r · (peak_blk − kept_blk)))
+    none    b · (R · kept'_call + solver) + C · f_call + max(L(b), b · r · (peak_call − kept_call))
+    calls   b · (R · input      + solver)              + max(L(b), b · r · peak'_call + f_call)
+    blocks  b · (R · kept'_blk  + solver) + C · f_blk  + max(L(b), b · r · (peak_blk − kept_blk))
 
-plus the optimizer's state for the solver's parameters; R: backbone rows per sample over the
-rollout (NFE, or K per call for EPD's K points), r: rows of one call. Without gradients (the
-fit's validation rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
+with L(b) = b · peak'_loss + f_loss the loss through its backward, plus the optimizer's state
+for the solver's parameters; R: backbone rows per sample over the rollout (NFE, or K per call
+for EPD's K points), r: rows of one call, C: calls per rollout. Without gradients (the fit's
+validation rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
 
 `auto` keeps the settings whose predicted peak fits the free memory of the device with a margin
 and whose time is least by a cost measured in the same probe: a call of b rows takes
@@ -25,7 +29,7 @@ a small network at batch 1 is mostly t_0, so recomputing beats splitting.
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +39,7 @@ from torch import Tensor
 from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError
+from spanlift.platform.fitting.losses import loss_networks
 from spanlift.platform.fitting.memory import (
     VALIDATION_BATCH,
     MemoryPlan,
@@ -62,10 +67,16 @@ backward, and one more forward)."""
 @dataclass(frozen=True)
 class CallCost:
     """Bytes per sample of one differentiable computation: saved for backward, and its peak
-    through forward and backward above what was allocated before."""
+    through forward and backward above what was allocated before; `fixed` of them the same at
+    any batch (module docstring)."""
 
     kept: int
     peak: int
+    fixed: int = 0
+
+    def at(self, samples: int) -> int:
+        """The peak of the computation on `samples` samples at once."""
+        return samples * (self.peak - self.fixed) + self.fixed
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,8 @@ class SolverProbe:
     """Rows per sample of the widest call (r)."""
     optimizer: int
     """Bytes of the trainable parameters' gradients and AdamW moments."""
+    calls: int = 1
+    """Backbone calls of a rollout (C)."""
 
 
 @dataclass(frozen=True)
@@ -109,13 +122,15 @@ class FitProbe:
         """Predicted working bytes of an update in passes of `samples` (module docstring)."""
         model, solver = self.backbone, self.solver
         call = model.blocks if checkpoint == "blocks" and model.blocks else model.call
+        rows = samples * solver.rows_per_call
         if checkpoint == "calls":
-            kept, transient = model.input, call.peak
+            kept = samples * solver.rows * model.input
+            transient = call.at(rows)
         else:
-            kept, transient = call.kept, call.peak - call.kept
-        backward = max(self.loss.peak, solver.rows_per_call * transient)
-        per_sample = solver.rows * kept + solver.rollout.peak + backward
-        return samples * per_sample + solver.optimizer
+            kept = samples * solver.rows * (call.kept - call.fixed) + solver.calls * call.fixed
+            transient = rows * (call.peak - call.kept)
+        backward = max(self.loss.at(samples), transient)
+        return kept + samples * solver.rollout.peak + backward + solver.optimizer
 
     def rollout_peak(self, samples: int) -> int:
         """Predicted bytes of a rollout without gradients of `samples` samples."""
@@ -203,7 +218,7 @@ def call_cost(
 ) -> CallCost:
     """Kept and peak bytes of `call(x)`, with gradients to x only (nothing accumulates in any
     parameter), through backward."""
-    kept = {"bytes": 0}
+    kept = {"bytes": 0, "fixed": 0}
 
     def run() -> None:
         state = x.detach().requires_grad_(True)
@@ -214,7 +229,7 @@ def call_cost(
             torch.autograd.grad(out, state, torch.ones_like(out))
 
     peak = device_peak(device, run)
-    return CallCost(kept["bytes"], peak)
+    return CallCost(kept["bytes"], peak, kept["fixed"])
 
 
 def counted_rows(solver: Solver, x: Tensor) -> list[int]:
@@ -247,7 +262,7 @@ def probe_backbone(
     def call(state: Tensor) -> Tensor:
         return denoiser(state, sigma)
 
-    weights = [*backbone.parameters(), *backbone.buffers()]
+    weights = weights_of(backbone)
     blocks = None
     if backbone.blocks():
         with blocks_recomputed(backbone.blocks()):
@@ -275,6 +290,7 @@ def probe_solver(solver: Solver, x: Tensor) -> SolverProbe:
         rows=max(1, sum(rows)),
         rows_per_call=max(rows or [1]),
         optimizer=3 * trained,
+        calls=max(1, len(rows)),
     )
 
 
@@ -287,16 +303,29 @@ def probe_fit(
     return FitProbe(
         probe_backbone(backbone, one, precision, device),
         probe_solver(solver, backbone.prior(one.noise.to(device))),
-        loss_cost(loss_fn, one.endpoints.to(device), precision, device),
+        loss_cost(loss_fn, one.endpoints.to(device), precision, device, weights_of(backbone)),
     )
 
 
-def loss_cost(loss_fn: Callable, target: Tensor, precision: str, device: torch.device) -> CallCost:
+def weights_of(*modules: torch.nn.Module) -> list[Tensor]:
+    """The modules' parameters and buffers: what a probe's figures leave out (resident)."""
+    return [t for module in modules for t in (*module.parameters(), *module.buffers())]
+
+
+def loss_cost(
+    loss_fn: Callable,
+    target: Tensor,
+    precision: str,
+    device: torch.device,
+    weights: Sequence[Tensor] = (),
+) -> CallCost:
     """The loss on one sample with gradients to the student's endpoint; a loss that trains a
-    network of its own on each call is measured without gradients (it must not learn here)."""
+    network of its own on each call is measured without gradients (it must not learn here).
+    `weights`: those of the networks it calls besides its own (the backbone's decoder)."""
     loss = autocast_float32(loss_fn, precision, device)
     student = target + 0.01 * torch.randn_like(target)
     if stateful(loss_fn):
         with torch.no_grad():
             return CallCost(0, device_peak(device, lambda: loss(student, target)))
-    return call_cost(lambda endpoint: loss(endpoint, target).reshape(1), student, [], device)
+    weights = [*weights, *weights_of(*loss_networks(loss_fn))]
+    return call_cost(lambda endpoint: loss(endpoint, target).reshape(1), student, weights, device)

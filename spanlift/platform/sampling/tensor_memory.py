@@ -8,8 +8,11 @@ each new storage from its creation until the last tensor viewing it is freed: th
 GPU's caching allocator reports as `max_memory_allocated` above what was allocated before, short
 of its rounding to blocks and of kernels' workspaces, measured on the CPU too. Tensors made
 before the block (weights, inputs) are not counted; views and in-place results share their
-input's storage and add nothing. `saved_bytes` counts what a differentiable call leaves for
-backward, without the weights it saves by reference.
+input's storage and add nothing. `saved_for_backward` counts what a differentiable call leaves for
+backward, without the weights it saves by reference; of that, `fixed` is what does not grow with
+the samples of the call: the copies autocast makes of float32 weights for the half-precision ops
+that use them (frozen weights are cast again by every op, and each copy an op saves for its
+backward stays until then: one set per call, whatever its batch).
 """
 
 import weakref
@@ -67,22 +70,45 @@ class TensorPeak(TorchDispatchMode):
             self.live -= size
 
 
+class WeightCasts(TorchDispatchMode):
+    """Inside `with WeightCasts(weights) as casts:`, `casts.keys` holds the live storages made by
+    casting one of `weights` to another dtype (autocast's copies, module docstring)."""
+
+    def __init__(self, weights: Iterable[Tensor]) -> None:
+        super().__init__()
+        self.weights = {storage_key(t) for t in weights}
+        self.keys: set[tuple[str, int]] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten._to_copy.default and storage_key(args[0]) in self.weights:
+            key = storage_key(out)
+            self.keys.add(key)
+            weakref.finalize(out.untyped_storage(), self.keys.discard, key)
+        return out
+
+
 @contextmanager
 def saved_for_backward(exclude: Iterable[Tensor] = ()) -> Any:
     """Counts what autograd saves inside the block: yields a dict whose `bytes` is the sum over
-    distinct storages, those of `exclude` (weights) left out."""
+    distinct storages, those of `exclude` (weights) left out, and `fixed` the part of it that
+    is copies of `exclude` in another dtype (module docstring)."""
+    exclude = list(exclude)
     skip = {storage_key(t) for t in exclude}
     seen: set[tuple[str, int]] = set()
-    total = {"bytes": 0}
+    total = {"bytes": 0, "fixed": 0}
 
     def pack(tensor: Tensor) -> Tensor:
         key = storage_key(tensor)
         if key not in skip and key not in seen:
             seen.add(key)
-            total["bytes"] += tensor.untyped_storage().nbytes()
+            size = tensor.untyped_storage().nbytes()
+            total["bytes"] += size
+            total["fixed"] += size if key in casts.keys else 0
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+    with WeightCasts(exclude) as casts, hooks:
         yield total
 
 
