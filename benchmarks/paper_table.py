@@ -36,8 +36,8 @@ from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.sampling.score import endpoint_rmse
 from spanlift.platform.sampling.teacher import load_or_generate
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.evaluation import reference_set
 from spanlift.platform.sweep.teacher import sweep_seeds
-from spanlift.platform.sweep.trial import reference_set
 from spanlift.solvers import SolverSpec, build_solver, read_checkpoint, save_solver
 from spanlift.solvers.loading import is_learnable
 

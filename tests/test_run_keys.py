@@ -8,12 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from spanlift.platform.sweep.config import load_sweep
-from spanlift.platform.sweep.trial import (
-    SweepContext,
-    configuration,
-    evaluation_settings,
-    for_replicate,
-)
+from spanlift.platform.sweep.context import SweepContext, for_replicate
+from spanlift.platform.sweep.evaluation import evaluation_settings
+from spanlift.platform.sweep.replicate import configuration
 from tests.cli_run import ROOT
 
 SWEEPS = ROOT / "sweeps"

@@ -122,7 +122,7 @@ class SweepProbe:
 
     def evaluation(self, spec: SolverSpec) -> Outcome:
         """A pass of the evaluation's batch of `spec`'s samples, and the batch that fits."""
-        from spanlift.platform.sweep.trial import evaluator_setup
+        from spanlift.platform.sweep.evaluation import evaluator_setup
 
         name = f"eval {spec.label()} nfe={spec.nfe}"
         with tempfile.TemporaryDirectory() as folder:

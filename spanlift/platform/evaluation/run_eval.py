@@ -34,7 +34,6 @@ from spanlift.platform.tracking.runs import ConfigurationRuns, run_name
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.loading import load_solver
-from spanlift.solvers.spanlift import SpanLift
 
 METRICS = (*SAMPLE_METRICS, "latency", "diagnostics")  # latency: sampling timed, nothing scored
 SAMPLES_GPU, SAMPLES_CPU = 50_000, 10_000
@@ -90,7 +89,7 @@ def check_request(request: EvalRequest) -> None:
     if request.reference.kind == "file" and "fid" in request.metrics:
         file_moments(request.reference.path, request.setup, backbone)
     solver = load_solver(request.spec, request.checkpoint, backbone)  # bad name, NFE, checkpoint
-    if "diagnostics" in request.metrics and not isinstance(solver, SpanLift):
+    if "diagnostics" in request.metrics and not solver.has_parts:
         raise SettingsError(f"--metrics diagnostics: needs a SpanLift solver, got {solver.name}")
 
 

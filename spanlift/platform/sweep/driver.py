@@ -36,6 +36,7 @@ from spanlift.platform.ray_runtime import (
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.distinct_search import DistinctSearch
+from spanlift.platform.sweep.evaluation import evaluator_setup
 from spanlift.platform.sweep.progress import (
     console_settings,
     log_ray_to_file,
@@ -51,7 +52,7 @@ from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.stored_values import StoredValues
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
 from spanlift.platform.sweep.teacher import prepare_teachers
-from spanlift.platform.sweep.trial import SweepContext, evaluator_setup, run_trial, trial_spec
+from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
 from spanlift.platform.tracking.runs import (
     ConfigurationRuns,
     connect,
