@@ -135,7 +135,7 @@ def test_options_follow_the_fields_of_a_settings_dataclass():
 
 
 def test_eval_seed_offset_reaches_the_request(capsys, monkeypatch):
-    from spanlift.platform.evaluation import run_eval
+    from spanlift.platform import run_eval
     from spanlift.seeds import FID_FIRST_SEED
 
     requests = []

@@ -14,7 +14,7 @@ from spanlift.backbones import load_backbone
 from spanlift.cli import main
 from spanlift.errors import ReferenceStatisticsError, SpanliftError
 from spanlift.files import file_sha256
-from spanlift.platform.evaluation import run_eval
+from spanlift.platform import run_eval
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
 from spanlift.platform.evaluation.fid import FidResult, file_moments, reference_moments
 from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance

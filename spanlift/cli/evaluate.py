@@ -37,7 +37,7 @@ def eval_kept(args: argparse.Namespace) -> str:
 
 def add_eval_options(ev: argparse.ArgumentParser) -> None:
     from spanlift.platform.detectors.registry import DETECTORS
-    from spanlift.platform.evaluation.run_eval import METRICS, SAMPLES_CPU, SAMPLES_GPU
+    from spanlift.platform.run_eval import METRICS, SAMPLES_CPU, SAMPLES_GPU
     from spanlift.platform.sweep.config import EvaluationConfig
 
     add_backbone_options(ev)
@@ -90,7 +90,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from spanlift.backbones import load_backbone
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
     from spanlift.platform.evaluation.reference import ReferenceSet
-    from spanlift.platform.evaluation.run_eval import (
+    from spanlift.platform.run_eval import (
         EvalRequest,
         Tracking,
         default_samples,

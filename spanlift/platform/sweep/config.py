@@ -396,7 +396,7 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     from spanlift.nowcasting.scores import CONVENTIONS
     from spanlift.platform.detectors.registry import DETECTORS
     from spanlift.platform.evaluation.reference import read_statistics
-    from spanlift.platform.evaluation.run_eval import METRICS
+    from spanlift.platform.run_eval import METRICS
 
     e.only(
         "metrics",
