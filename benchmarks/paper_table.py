@@ -155,9 +155,10 @@ def score_fid(rows: list[Row], config: SweepConfig, workers: int, out: Path) -> 
                 ("fid",),
                 reference_set(config),
             )
-            row.fid = report.fid.fid
+            row.fid = report.metrics()["fid"]
             print(f"  FID {row.label} nfe={row.nfe} seed={row.seed}: {row.fid:.2f}", flush=True)
-    print(f"detector {report.fid.detector}, reference {report.fid.reference}")
+    params = report.params()
+    print(f"detector {params['fid.detector']}, reference {params['fid.reference']}")
 
 
 def mean_std(values: list[float], digits: int) -> str:

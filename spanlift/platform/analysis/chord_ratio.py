@@ -21,7 +21,7 @@ from torch import Tensor
 
 from spanlift.backbones import Backbone
 from spanlift.errors import SettingsError
-from spanlift.platform.evaluation.diagnostics import RolloutStep, step_means
+from spanlift.platform.evaluation.metrics.diagnostics import RolloutStep, step_means
 from spanlift.solvers.base import Solver
 
 

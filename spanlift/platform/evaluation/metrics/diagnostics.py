@@ -1,4 +1,4 @@
-"""Solver diagnostics of SpanLift, per step: where its learned correction points, and how large it is.
+"""diagnostics: where a solver's learned correction points, and how large it is, per step.
 
 With the derivative buffer D_i = [d_i, d_{i−1}, …, d_{i−K+1}] (flattened per sample, K = 3) and
 P_i the orthogonal projector onto span(D_i),
@@ -7,25 +7,29 @@ P_i the orthogonal projector onto span(D_i),
     relative magnitude μ_i = ‖β_i Δ_i^op‖ / ‖α_i Δ_i^base‖
 
 averaged over samples. Multistep solvers can only combine buffered derivatives (ρ = 0); SpanLift's
-operator adds what lies outside their span (the paper's argument), and μ says how much.
+operator adds what lies outside their span (the paper's argument), and μ says how much. As a
+metric it applies to a solver whose step has parts (`Solver.has_parts`: SpanLift): the per-step
+table and plot over the first FID seeds as files, and the mean of ρ_i over steps as
+`out_of_span_ratio`.
 
 `rollout` is the one loop every per-step analysis reads (these diagnostics and
 `spanlift.platform.analysis`): the solver's own `Solver.steps`, with each step's last K on-grid
-derivatives and, for SpanLift, its two parts.
+derivatives and, for a solver with parts, its two parts.
 """
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError
+from spanlift.platform.evaluation.metrics.base import METRICS, Finished, Row, SolverMetric
 from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers.base import Solver, Step
@@ -155,6 +159,8 @@ def diagnostics_table(steps: list[StepDiagnostics]) -> pd.DataFrame:
 
 def plot_diagnostics(steps: list[StepDiagnostics], path: Path, title: str = "") -> Path:
     """ρ_i and μ_i against the step index, one panel each."""
+    from matplotlib.figure import Figure  # matplotlib: only where a plot is drawn
+
     frame = diagnostics_table(steps)
     fig = Figure(figsize=(9, 3.5))
     left, right = fig.subplots(1, 2)
@@ -189,3 +195,23 @@ def write_diagnostics(
     csv = folder / f"{name}-diagnostics.csv"
     table.to_csv(csv, index=False)
     return table, [csv, plot_diagnostics(steps, folder / f"{name}-diagnostics.png", name)]
+
+
+RATIO = "out_of_span_ratio"
+
+
+@METRICS.register("diagnostics")
+class Diagnostics(SolverMetric):
+    rows = (Row(RATIO, "min", "mean ‖P⊥ Δ_op‖/‖Δ_op‖ over steps (SpanLift)"),)
+    needs = "a SpanLift solver"
+
+    def applies_to(self, solver: Solver) -> bool:
+        return solver.has_parts
+
+    def of_solver(self, solver: Solver, backbone: Backbone, folder: Path, name: str) -> Finished:
+        """The per-step table and plot as `<name>-diagnostics.csv` and `.png` in `folder`."""
+        table, files = write_diagnostics(solver, backbone, folder, name)
+        ratio = float(table["out_of_span"].mean())
+        shown = table.to_string(index=False, float_format=lambda v: f"{v:.4f}")
+        lines = (shown, "wrote " + ", ".join(str(f) for f in files))
+        return Finished({RATIO: ratio} if math.isfinite(ratio) else {}, {}, tuple(files), lines)
