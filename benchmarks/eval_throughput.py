@@ -22,8 +22,8 @@ from solver_quality import SOLVERS  # the same solvers, labels and settings
 
 from spanlift.backbones import load_backbone
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.metrics.reference import ReferenceSet
 from spanlift.platform.evaluation.pool import running_evaluators, start_evaluators
-from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.fitting.compare import compare
 from spanlift.platform.fitting.fit import FitSettings
@@ -36,9 +36,9 @@ def throughput(setup: EvaluatorSetup, images: torch.Tensor, actors: int, cpus: i
     """Images/s of detector features over `images` on `actors` actors (after a warm-up)."""
     setup = replace(setup, threads=max(1, cpus // actors))
     with running_evaluators(setup, actors, cpus=cpus / actors) as pool:
-        pool.image_moments(images[: 2 * actors], "warm-up")
+        pool.image_states(images[: 2 * actors], ("fid",), "warm-up")
         start = time.perf_counter()
-        pool.image_moments(images, f"{setup.detector} x{actors}")
+        pool.image_states(images, ("fid",), f"{setup.detector} x{actors}")
         return len(images) / (time.perf_counter() - start)
 
 
@@ -107,12 +107,12 @@ def main() -> None:
             report = evaluate_samples(
                 pool, spec, checkpoint, args.samples, ("fid",), ReferenceSet()
             )
-            result = report.fid
-            table[label, nfe] = result.fid
-            latency[label, nfe] = report.latency_ms_per_image
-            rates[label, nfe] = report.throughput_images_per_s
+            metrics, params = report.metrics(), report.params()
+            table[label, nfe] = metrics["fid"]
+            latency[label, nfe] = metrics["latency_ms_per_image"]
+            rates[label, nfe] = metrics["throughput_images_per_s"]
     print_table("FID", table, args.nfe, "9.2f")
-    print(f"detector {result.detector}, reference {result.reference}")
+    print(f"detector {params['fid.detector']}, reference {params['fid.reference']}")
     print_table("sampling latency, ms per image (batches of 256)", latency, args.nfe, "9.3f")
     print_table(
         f"evaluation pass, images/s over {args.num_cpus} actors (sampling + scoring)",

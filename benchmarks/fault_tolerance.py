@@ -70,7 +70,7 @@ from mlflow.tracking import MlflowClient
 from spanlift.backbones import load_backbone
 from spanlift.platform.evaluation import pool
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments, frechet_distance
 from spanlift.platform.evaluation.pool import EvaluatorPool, running_evaluators
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.tracking.runs import FAILURE_TAG, KEY_TAG
@@ -557,7 +557,7 @@ def evaluator_sigkill(folder: Path) -> Row:
         setup = EvaluatorSetup("digits", "digits", folder / "cache", threads=1)
         with running_evaluators(setup, 2, cpus=0.5) as evaluators:
             images = load_backbone("digits").reference_images()
-            reference = evaluators.image_moments(images, "reference")["fid"]
+            reference = evaluators.image_states(images, ("fid",), "reference")["fid"]
             expected, _, undisturbed = timed_fid(evaluators, reference)
             victim = ray.get(evaluators.actors[1].pid.remote())
             killer = KillOnFirstShard(victim)

@@ -11,7 +11,7 @@ converted once to torch-fidelity's `inception-v3-compat` weights file
   with its defaults otherwise (batch 64, DataLoader workers), as a user would call it; its wall
   includes building the extractor, as a user's call does (the build is timed on its own too).
 - spanlift: evaluator actors on a local Ray (1 actor with 2 threads, then 2 with 1 each), started
-  and warmed up beforehand as a sweep keeps them; the wall is `image_moments` of both halves and
+  and warmed up beforehand as a sweep keeps them; the wall is `image_states` of both halves and
   the distance.
 
 Runs are interleaved (torch-fidelity, 1 actor, 2 actors per repeat). Printed: each side's FID
@@ -41,7 +41,7 @@ from spanlift.backbones.digits import digits_dataset
 from spanlift.platform.detectors import inception
 from spanlift.platform.detectors.images import to_uint8_rgb
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments, frechet_distance
 from spanlift.platform.evaluation.pool import EvaluatorPool, start_evaluators
 from spanlift.platform.ray_runtime import start_ray
 
@@ -95,7 +95,7 @@ def torch_fidelity_fid(
 def spanlift_fid(pool: EvaluatorPool, a: Tensor, b: Tensor) -> tuple[float, float]:
     """(FID, seconds) of the evaluator pool's moments of a and b, and their distance."""
     start = time.perf_counter()
-    moments = [pool.image_moments(images, "fid")["fid"] for images in (a, b)]
+    moments = [pool.image_states(images, ("fid",), "fid")["fid"] for images in (a, b)]
     return frechet_distance(*moments), time.perf_counter() - start
 
 
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace, folder: Path) -> None:
         for count in TARGETS
     }
     for pool in pools.values():
-        pool.image_moments(a[: 2 * len(pool.actors)], "warm-up")
+        pool.image_states(a[: 2 * len(pool.actors)], ("fid",), "warm-up")
     walls: dict[str, list[float]] = {"torch-fidelity": [], **{f"{n} actor": [] for n in pools}}
     fids: dict[str, float] = {}
     for _ in range(args.repeats):

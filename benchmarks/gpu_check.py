@@ -78,7 +78,11 @@ def edm_throughput(device: torch.device, batch: int = 512, repeats: int = 3) -> 
 @torch.no_grad()
 def fid_end_to_end(device: torch.device, samples: int, batch: int = 512) -> str:
     """Wall time of an FID over `samples` DyWeight NFE-5 samples of the EDM CIFAR-10-size net."""
-    from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance, merge_all
+    from spanlift.platform.evaluation.metrics.frechet import (
+        FeatureMoments,
+        frechet_distance,
+        merge_all,
+    )
 
     net = edm_cifar10(device, torch.float32)
     solver = on_device(SolverSpec("dyweight", 5), net, device)

@@ -36,8 +36,8 @@ from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.sampling.score import endpoint_rmse
 from spanlift.platform.sampling.teacher import load_or_generate
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.sweep.evaluation import reference_set
 from spanlift.platform.sweep.teacher import sweep_seeds
-from spanlift.platform.sweep.trial import reference_set
 from spanlift.solvers import SolverSpec, build_solver, read_checkpoint, save_solver
 from spanlift.solvers.loading import is_learnable
 
@@ -155,9 +155,10 @@ def score_fid(rows: list[Row], config: SweepConfig, workers: int, out: Path) -> 
                 ("fid",),
                 reference_set(config),
             )
-            row.fid = report.fid.fid
+            row.fid = report.metrics()["fid"]
             print(f"  FID {row.label} nfe={row.nfe} seed={row.seed}: {row.fid:.2f}", flush=True)
-    print(f"detector {report.fid.detector}, reference {report.fid.reference}")
+    params = report.params()
+    print(f"detector {params['fid.detector']}, reference {params['fid.reference']}")
 
 
 def mean_std(values: list[float], digits: int) -> str:

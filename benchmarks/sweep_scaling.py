@@ -82,11 +82,11 @@ def evaluator_rate(actors: int, images, num_cpus: int, cache: Path, repeats: int
     """Images/s of digits-detector features over `images` on `actors` actors, per repeat."""
     setup = EvaluatorSetup("digits", "digits", cache, threads=max(1, num_cpus // actors))
     with running_evaluators(setup, actors, cpus=num_cpus / actors) as pool:
-        pool.image_moments(images[: 2 * actors], "warm-up")
+        pool.image_states(images[: 2 * actors], ("fid",), "warm-up")
         rates = []
         for _ in range(repeats):
             start = time.perf_counter()
-            pool.image_moments(images, f"{actors} actor(s)")
+            pool.image_states(images, ("fid",), f"{actors} actor(s)")
             rates.append(len(images) / (time.perf_counter() - start))
         return rates
 

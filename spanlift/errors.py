@@ -32,6 +32,16 @@ class SettingsError(SpanliftError):
     """A setting with a value outside what it accepts."""
 
 
+class OptionError(SettingsError):
+    """A plug-in's option (a searcher's, a metric's) with a value it does not take: `key`, the
+    value, and what was expected, or `reason` where there is more to say."""
+
+    def __init__(self, key: str, value: object, expected: str, reason: str = "") -> None:
+        self.key, self.value, self.expected = key, value, expected
+        self.detail = reason or f"expected {expected}, got {value!r}"
+        super().__init__(f"{key}: {self.detail}")
+
+
 class MetricUnavailable(SpanliftError):
     """A metric that cannot be computed here (its weights are absent); the message says why and
     how to enable it. Evaluations report such a metric as unavailable instead of failing."""

@@ -16,7 +16,7 @@ from spanlift.platform.analysis.halvorsen import (
     halvorsen_analysis,
 )
 from spanlift.platform.analysis.out_of_span import update_out_of_span
-from spanlift.platform.evaluation.diagnostics import spanlift_diagnostics
+from spanlift.platform.evaluation.metrics.diagnostics import spanlift_diagnostics
 from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.solvers import SolverSpec, build_solver, save_solver
 

@@ -28,7 +28,7 @@ from memory_sampler import MemorySampler  # noqa: E402
 from spanlift.backbones import load_backbone  # noqa: E402
 from spanlift.platform.detectors import inception  # noqa: E402
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup  # noqa: E402
-from spanlift.platform.evaluation.frechet import frechet_distance  # noqa: E402
+from spanlift.platform.evaluation.metrics.frechet import frechet_distance  # noqa: E402
 from spanlift.platform.ray_runtime import start_ray  # noqa: E402
 from spanlift.platform.sweep.config import load_sweep  # noqa: E402
 
@@ -57,7 +57,7 @@ def test_fid_of_the_evaluator_is_torch_fidelitys(tmp_path):
     weights = inception.inception_weights(tmp_path)
     theirs, seconds = fid_vs_peers.torch_fidelity_fid(a, b, weights, save_cpu_ram=True)
     evaluator = Evaluator(EvaluatorSetup("digits", "inception", tmp_path, detector_weights=weights))
-    ours = frechet_distance(*(evaluator.image_moments(x)["fid"] for x in (a, b)))
+    ours = frechet_distance(*(evaluator.image_states(x, ("fid",))["fid"] for x in (a, b)))
     assert theirs > 0 and seconds > 0
     fid_vs_peers.check({"torch-fidelity": theirs, "1 actor": ours}, 1e-6)
     with pytest.raises(SystemExit, match="FIDs differ"):

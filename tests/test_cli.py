@@ -135,7 +135,7 @@ def test_options_follow_the_fields_of_a_settings_dataclass():
 
 
 def test_eval_seed_offset_reaches_the_request(capsys, monkeypatch):
-    from spanlift.platform.evaluation import run_eval
+    from spanlift.platform import run_eval
     from spanlift.seeds import FID_FIRST_SEED
 
     requests = []
@@ -149,14 +149,16 @@ def test_eval_seed_offset_reaches_the_request(capsys, monkeypatch):
 
 
 def test_sample_seeds_start_at_the_first_seed_asked_for():
+    from pathlib import Path
     from types import SimpleNamespace
 
-    from spanlift.platform.evaluation.reference import ReferenceSet
+    from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+    from spanlift.platform.evaluation.metrics.reference import ReferenceSet
     from spanlift.platform.evaluation.sample_metrics import evaluate_samples
     from spanlift.solvers import SolverSpec
 
     class Pool:
-        setup, seeds = None, None
+        setup, seeds, actors = EvaluatorSetup("gmm", "", Path(".")), None, [None]
 
         def call(self, name):
             return "cpu" if name == "device_name" else False
@@ -177,8 +179,8 @@ def test_a_backbone_without_a_dataset_points_to_a_statistics_file(tmp_path):
 
     from spanlift.errors import SettingsError
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-    from spanlift.platform.evaluation.fid import reference_moments
-    from spanlift.platform.evaluation.reference import ReferenceSet
+    from spanlift.platform.evaluation.metrics.fid import reference_moments
+    from spanlift.platform.evaluation.metrics.reference import ReferenceSet
 
     pool = SimpleNamespace(setup=EvaluatorSetup("gmm", "digits", tmp_path))
     with pytest.raises(SettingsError, match=r"ships no dataset; .*--reference <file\.npz>"):

@@ -6,7 +6,7 @@ import torch
 
 from spanlift.errors import SettingsError
 from spanlift.platform.analysis.out_of_span import update_out_of_span
-from spanlift.platform.evaluation.diagnostics import (
+from spanlift.platform.evaluation.metrics.diagnostics import (
     diagnostics_table,
     out_of_span_ratio,
     plot_diagnostics,

@@ -14,7 +14,7 @@ from spanlift.platform.detectors.digits_eval_detector import SPEC as EVAL_SPEC
 from spanlift.platform.detectors.images import to_uint8_rgb
 from spanlift.platform.detectors.registry import load_detector
 from spanlift.platform.detectors.train_digits_detector import accuracy, split
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments, frechet_distance
 
 
 @pytest.fixture(scope="module")

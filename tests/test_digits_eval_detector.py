@@ -18,7 +18,7 @@ from spanlift.platform.detectors.digits_eval_detector import SPEC
 from spanlift.platform.detectors.registry import feature_size, load_detector
 from spanlift.platform.detectors.train_digits_detector import accuracy, split, split_indices
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments, frechet_distance
 
 HELD_OUT_ACCURACY = 0.97  # of the committed weights on this detector's 360 held-out digits
 

@@ -15,14 +15,18 @@ from mlflow.tracking import MlflowClient
 from spanlift.cli import main
 from spanlift.errors import CacheError
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-from spanlift.platform.evaluation.fid import reference_moments
-from spanlift.platform.evaluation.frechet import frechet_distance
+from spanlift.platform.evaluation.metrics.fid import reference_moments
+from spanlift.platform.evaluation.metrics.frechet import frechet_distance
+from spanlift.platform.evaluation.metrics.reference import (
+    ReferenceSet,
+    load_reference,
+    save_reference,
+)
 from spanlift.platform.evaluation.pool import (
     EvaluatorPool,
     running_evaluators,
     start_evaluators,
 )
-from spanlift.platform.evaluation.reference import ReferenceSet, load_reference, save_reference
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
@@ -51,13 +55,13 @@ def write_alexnet_features(path: Path) -> Path:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> EvaluatorSetup:
     cache = tmp_path_factory.mktemp("cache")
     alexnet = write_alexnet_features(cache / "alexnet.pth")
-    return EvaluatorSetup("digits", "digits", cache, threads=1, lpips_weights=alexnet)
+    return EvaluatorSetup("digits", "digits", cache, threads=1, options={"lpips_weights": alexnet})
 
 
 @pytest.mark.e2e
 def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_ray, setup) -> None:
     evaluator = Evaluator(setup)
-    reference = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
+    reference = evaluator.image_states(evaluator.backbone.reference_images(), ("fid",))["fid"]
     single = evaluator.solver_states(SPEC, None, SEEDS, ("fid", "lpips"))
     expected = frechet_distance(single["fid"], reference)
     assert expected > 10  # three steps are far from the data
@@ -67,7 +71,7 @@ def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_r
         for count in (1, 2, 3):
             pool = EvaluatorPool(setup, three.actors[:count])
             merged = pool.solver_states(SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
-            dataset = pool.image_moments(evaluator.backbone.reference_images(), "dataset")
+            dataset = pool.image_states(evaluator.backbone.reference_images(), ("fid",), "dataset")
             assert merged["fid"].count == len(SEEDS) and dataset["fid"].count == reference.count
             # Merging is exact (test_frechet: 1e-9); what remains is float32 rounding of the
             # model and detector, which differs by batch size (≤ 13 images: 4.8e-6 relative).
@@ -89,9 +93,10 @@ def test_reference_statistics_are_cached_and_bound_to_their_detector(local_ray, 
     assert files[0].stat().st_mtime_ns == stamp and again.count == first.count
     report = evaluate_samples(pool, SPEC, None, 80, ("fid",), ReferenceSet("dataset"))
     pool.stop()
-    result = report.fid
-    assert result.detector == identity and result.reference == "dataset" and result.fid > 0
-    assert "lpips" not in report.means and report.metrics()["throughput_images_per_s"] > 0
+    params, metrics = report.params(), report.metrics()
+    assert params["fid.detector"] == identity and params["fid.reference"] == "dataset"
+    assert metrics["fid"] > 0
+    assert "lpips" not in metrics and metrics["throughput_images_per_s"] > 0
     other = save_reference(setup.cache_dir / "other.npz", first, "inception:0123456789ab")
     with pytest.raises(CacheError, match="computed with detector inception:0123456789ab"):
         load_reference(other, identity)

@@ -15,7 +15,7 @@ from spanlift.backbones import load_backbone
 from spanlift.errors import CheckpointError
 from spanlift.platform.evaluation import pool as pool_module
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments, frechet_distance
 from spanlift.platform.evaluation.pool import EvaluatorPool, running_evaluators
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.solvers import SolverSpec
@@ -74,7 +74,7 @@ def test_an_actor_loads_once_and_one_killed_mid_run_is_restarted_its_shards_coun
 ) -> None:
     with running_evaluators(setup, 2, cpus=0.5) as pool:
         images = load_backbone("digits").reference_images()
-        reference = pool.image_moments(images, "reference")["fid"]
+        reference = pool.image_states(images, ("fid",), "reference")["fid"]
         assert pool.loads == 2  # one per actor, not one per shard (8)
         later = EvaluatorPool(setup, pool.actors)  # another evaluation on them: a trial, say
         expected, count, undisturbed = timed_fid(later, reference)

@@ -14,17 +14,17 @@ from spanlift.backbones import load_backbone
 from spanlift.cli import main
 from spanlift.errors import ReferenceStatisticsError, SpanliftError
 from spanlift.files import file_sha256
-from spanlift.platform.evaluation import run_eval
+from spanlift.platform import run_eval
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-from spanlift.platform.evaluation.fid import FidResult, file_moments, reference_moments
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance
-from spanlift.platform.evaluation.pool import EvaluatorPool
-from spanlift.platform.evaluation.reference import (
+from spanlift.platform.evaluation.metrics.fid import FidResult, file_moments, reference_moments
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments, frechet_distance
+from spanlift.platform.evaluation.metrics.reference import (
     NVLABS_STATISTICS,
     ReferenceSet,
     read_statistics,
     save_reference,
 )
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.sweep.config import SweepConfigError, parse_sweep
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
@@ -108,12 +108,12 @@ def test_fid_of_samples_against_a_file_of_their_own_statistics_is_zero(
     no_actors = EvaluatorPool(setup, [])  # a file reference is read on the driver
     reference = reference_moments(no_actors, ReferenceSet.from_setting(str(path)), "digits:x")
     assert abs(frechet_distance(own, reference)) < 1e-6
-    dataset = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
+    dataset = evaluator.image_states(evaluator.backbone.reference_images(), ("fid",))["fid"]
     assert frechet_distance(own, dataset) > 1  # a real distance where the sets differ
 
 
 def test_spanlift_statistics_files_are_accepted_as_references(evaluator, setup, tmp_path) -> None:
-    dataset = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
+    dataset = evaluator.image_states(evaluator.backbone.reference_images(), ("fid",))["fid"]
     path = save_reference(tmp_path / "mine.npz", dataset, evaluator.identity())
     loaded = file_moments(path, setup, evaluator.backbone, evaluator.identity())
     assert loaded.count == dataset.count and np.array_equal(loaded.outer, dataset.outer)
@@ -178,7 +178,7 @@ def test_eval_refuses_a_bad_reference_before_starting(
 
 @pytest.mark.e2e
 def test_eval_against_a_statistics_file_end_to_end(evaluator, tmp_path) -> None:
-    dataset = evaluator.image_moments(evaluator.backbone.reference_images())["fid"]
+    dataset = evaluator.image_states(evaluator.backbone.reference_images(), ("fid",))["fid"]
     path = write_nvlabs(tmp_path / "digits-16x16.npz", dataset.mean(), dataset.covariance())
     seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + SAMPLES))
     expected = frechet_distance(

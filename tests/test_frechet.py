@@ -5,7 +5,7 @@ import pytest
 import scipy.linalg
 
 from spanlift.errors import SettingsError
-from spanlift.platform.evaluation.frechet import FeatureMoments, frechet_distance, merge_all
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments, frechet_distance, merge_all
 
 
 def reference_fid(a: np.ndarray, b: np.ndarray) -> float:

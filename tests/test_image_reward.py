@@ -16,8 +16,9 @@ from torchvision import transforms
 
 from spanlift.backbones.gmm import GaussianMixture
 from spanlift.errors import MetricUnavailable
-from spanlift.platform.evaluation import evaluator, image_reward, sample_metrics
+from spanlift.platform.evaluation import evaluator, sample_metrics
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
+from spanlift.platform.evaluation.metrics import image_reward
 from tests.cli_run import ROOT
 
 
@@ -59,7 +60,7 @@ def test_evaluator_tells_a_prompted_backbone_from_one_without(tmp_path: Path, mo
 
 
 def test_prompted_backbone_gets_as_far_as_the_files(tmp_path: Path) -> None:
-    setup = EvaluatorSetup("gmm", "digits", tmp_path, image_reward_weights=tmp_path)
+    setup = EvaluatorSetup("gmm", "digits", tmp_path, options={"image_reward_weights": tmp_path})
     _, unavailable = sample_metrics.measures_of(
         ("image_reward",), setup, sample_metrics.Traits(prompted=True)
     )
@@ -93,7 +94,10 @@ import json, sys
 from pathlib import Path
 import torch
 from PIL import Image
-from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
+from spanlift.platform.evaluation.metrics.image_reward import (
+    image_reward_state,
+    load_image_reward,
+)
 model = load_image_reward(Path(sys.argv[1]))
 images = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
 prompts = ["a sample from seed 1", "a digit 7", "seed 3"]

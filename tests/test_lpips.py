@@ -10,8 +10,12 @@ import torch.nn.functional as F
 import torchvision
 
 from spanlift.errors import CheckpointError, MetricUnavailable
-from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
-from spanlift.platform.evaluation.states import MeanState
+from spanlift.platform.evaluation.metrics.lpips_metric import (
+    alexnet_weights,
+    load_lpips,
+    lpips_state,
+)
+from spanlift.platform.evaluation.metrics.states import MeanState
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from spanlift.nowcasting.scores import contingency_counts, summary
 from spanlift.nowcasting.store import read_windows
 from spanlift.nowcasting.synthetic import write_synthetic_sevir
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-from spanlift.platform.evaluation.lpips_metric import lpips_state
-from spanlift.platform.evaluation.states import merge_states
+from spanlift.platform.evaluation.metrics.lpips_metric import lpips_state
+from spanlift.platform.evaluation.metrics.states import merge_states
 from spanlift.platform.fitting.fit import FitSettings, endpoint_loss, fit
 from spanlift.platform.sampling.rollout import rollout, seed_noise
 from spanlift.platform.sampling.teacher import (
@@ -157,7 +157,9 @@ def test_evaluator_counts_skill_under_the_convention_it_is_set_up_with(
     """`--convention earthformer` reaches the evaluator's counts, which then score as
     Earthformer's module does (no HSS, eps in the denominators)."""
     options = {"data": str(storms), "weights": str(untrained)}
-    setup = EvaluatorSetup("nowcast", "", tmp_path, options, skill_convention="earthformer")
+    setup = EvaluatorSetup(
+        "nowcast", "", tmp_path, options, options={"skill_convention": "earthformer"}
+    )
     seeds = list(range(FID_FIRST_SEED, FID_FIRST_SEED + 6))
     skill = Evaluator(setup).solver_states(EULER3, None, seeds, ("skill",))["skill"]
     assert skill.convention == "earthformer"
@@ -172,7 +174,7 @@ def test_lpips_compares_each_forecast_frame_with_the_observed_one(
 ) -> None:
     alexnet = write_alexnet_features(tmp_path / "alexnet.pth")
     options = {"data": str(storms), "weights": str(untrained)}
-    setup = EvaluatorSetup("nowcast", "", tmp_path, options, lpips_weights=alexnet)
+    setup = EvaluatorSetup("nowcast", "", tmp_path, options, options={"lpips_weights": alexnet})
     evaluator = Evaluator(setup)
     seeds = [FID_FIRST_SEED, FID_FIRST_SEED + 1, FID_FIRST_SEED + 2]
     state = evaluator.solver_states(EULER3, None, seeds, ("lpips",))["lpips"]
@@ -185,7 +187,7 @@ def test_lpips_compares_each_forecast_frame_with_the_observed_one(
         )
     frames = forecast.clamp(-1, 1).reshape(18, 1, 32, 32)
     observed = backbone.observations(seeds).reshape(18, 1, 32, 32)
-    direct = lpips_state(evaluator.lpips, frames, observed)
+    direct = lpips_state(evaluator.networks["lpips"], frames, observed)
     assert state.total == pytest.approx(direct.total, rel=1e-5)
 
 

@@ -35,14 +35,16 @@ def test_persistence_and_cached_teacher_rows_count_like_the_evaluators(tmp_path:
     windows = random_windows(size=16)
     backbone = LatentNowcast.from_modules(TinyNoisePredictor(), TinyAutoencoder(), windows)
     seeds = [TEST_SEED_OFFSET + i for i in range(5)]  # 5 windows of 3: two drawn twice
-    setup = EvaluatorSetup("prediff", "", tmp_path, lpips_weights=tmp_path / "no-alexnet.pth")
+    setup = EvaluatorSetup(
+        "prediff", "", tmp_path, options={"lpips_weights": tmp_path / "no-alexnet.pth"}
+    )
 
     report = score_reference_row(
         persistence(backbone, seeds), backbone, seeds, setup, ("skill", "lpips")
     )
     vil = windows.windows(seeds).numpy().astype(np.int64)
     last = np.repeat(vil[:, 6:7], 6, axis=1)
-    counts = report.skill.to_dataset()
+    counts = report.states["skill"].to_dataset()
     for threshold in THRESHOLDS:
         np.testing.assert_array_equal(
             counts.hits.sel(pool=1, threshold=threshold).values,
@@ -50,8 +52,8 @@ def test_persistence_and_cached_teacher_rows_count_like_the_evaluators(tmp_path:
         )
     assert "lpips" in report.unavailable and "AlexNet" in report.unavailable["lpips"]
     assert report.measures["skill.reference"] == f"observed frames of {backbone.identity()}"
-    assert report.measures["skill.convention"] == "exact" == report.skill.convention
-    assert np.isnan(report.latency_ms_per_image)
+    assert report.measures["skill.convention"] == "exact" == report.states["skill"].convention
+    assert "latency_ms_per_image" not in report.metrics()  # nothing was sampled
 
     endpoints = torch.randn(len(seeds), *backbone.shape, generator=torch.Generator().manual_seed(1))
     test = TeacherSet(torch.tensor(seeds), endpoints.clone(), endpoints)
@@ -61,15 +63,19 @@ def test_persistence_and_cached_teacher_rows_count_like_the_evaluators(tmp_path:
     with torch.no_grad():
         frames = backbone.decode(endpoints).clamp(-1, 1)
     forecast_vil = ((frames + 1) * 127.5).clamp(0, 255).numpy()
-    hits = teacher.skill.to_dataset().hits.sel(pool=1, threshold=74).values
+    hits = teacher.states["skill"].to_dataset().hits.sel(pool=1, threshold=74).values
     np.testing.assert_array_equal(hits, numpy_hits(forecast_vil, vil[:, 7:], 74))
 
-    earthformer = replace(setup, skill_convention="earthformer")
+    earthformer = replace(setup, options={**setup.options, "skill_convention": "earthformer"})
     counted = score_reference_row(
         persistence(backbone, seeds), backbone, seeds, earthformer, ("skill",)
     )
-    assert counted.skill.convention == counted.measures["skill.convention"] == "earthformer"
-    np.testing.assert_array_equal(counted.skill.hits, report.skill.hits)  # values 0–255: same
+    assert (
+        counted.states["skill"].convention == counted.measures["skill.convention"] == "earthformer"
+    )
+    np.testing.assert_array_equal(
+        counted.states["skill"].hits, report.states["skill"].hits
+    )  # values 0–255: same
 
     configuration = Configuration("prediff", {}, PERSISTENCE_SPEC, {})
     params = configuration_params(configuration)

@@ -197,7 +197,9 @@ def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None
     path.write_text(yaml.safe_dump(data))
     config = load_sweep(path)
     assert Path(config.storage) == (tmp_path / "results").resolve()
-    assert config.evaluation.lpips_weights == (folder / "weights" / "alexnet.pth").resolve()
+    assert (
+        config.evaluation.options["lpips_weights"] == (folder / "weights" / "alexnet.pth").resolve()
+    )
 
 
 @pytest.mark.parametrize(

@@ -331,13 +331,12 @@ def cmd_ratio(args: argparse.Namespace) -> None:
     from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, generate_teacher
     from spanlift.solvers import SolverSpec
     from spanlift.solvers.loading import build
-    from spanlift.solvers.spanlift import SpanLift
 
     backbone, seeds, device = model_and_seeds(args)
     solvers = []
     for path in args.checkpoint:
         solver = load_checkpoint(path, backbone)
-        if not isinstance(solver, SpanLift):
+        if not solver.has_parts:
             raise SettingsError(
                 f"analyze ratio needs SpanLift checkpoints; {path} holds {solver.spec.label()}"
             )

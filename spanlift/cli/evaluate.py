@@ -1,5 +1,5 @@
-"""`spanlift eval`: score one solver on parallel Ray evaluator actors (FID, LPIPS, ImageReward,
-latency, SpanLift diagnostics) and record an MLflow run."""
+"""`spanlift eval`: score one solver on parallel Ray evaluator actors (every registered metric:
+FID, LPIPS, ImageReward, latency, SpanLift diagnostics, …) and record an MLflow run."""
 
 import argparse
 from pathlib import Path
@@ -18,8 +18,7 @@ from spanlift.cli.options import (
 from spanlift.cli.paths import FOLDER, INPUT, path_option
 from spanlift.seeds import FID_FIRST_SEED
 
-REFERENCE_OPTIONS = ("reference", "reference_samples", "lpips_weights", "image_reward_weights")
-WEIGHTS = {"lpips_weights": INPUT, "image_reward_weights": INPUT}
+REFERENCE_OPTIONS = ("reference", "reference_samples")
 
 
 def add_commands(sub: Any) -> None:
@@ -37,13 +36,15 @@ def eval_kept(args: argparse.Namespace) -> str:
 
 def add_eval_options(ev: argparse.ArgumentParser) -> None:
     from spanlift.platform.detectors.registry import DETECTORS
-    from spanlift.platform.evaluation.run_eval import METRICS, SAMPLES_CPU, SAMPLES_GPU
+    from spanlift.platform.evaluation.metrics import METRICS
+    from spanlift.platform.run_eval import SAMPLES_CPU, SAMPLES_GPU
     from spanlift.platform.sweep.config import EvaluationConfig
 
     add_backbone_options(ev)
     add_solver_options(ev)
     path_option(ev, "--checkpoint", INPUT, help="fitted solver (spanlift fit / sweep output)")
-    ev.add_argument("--metrics", default="fid", help=f"comma-separated, of {', '.join(METRICS)}")
+    default = ",".join(name for name, metric in METRICS if metric.default)
+    ev.add_argument("--metrics", default=default, help=f"comma-separated, of {among(METRICS)}")
     ev.add_argument(
         "--samples",
         type=int,
@@ -70,11 +71,29 @@ def add_eval_options(ev: argparse.ArgumentParser) -> None:
         help="samples drawn, decoded and scored at once: a number, or auto (the most, up to "
         "256, that a pass is predicted to hold in the evaluator device's free memory)",
     )
-    add_field_options(ev, EvaluationConfig, REFERENCE_OPTIONS, paths=WEIGHTS)
+    add_field_options(ev, EvaluationConfig, REFERENCE_OPTIONS)
+    add_metric_options(ev)
     path_option(ev, "--cache-dir", FOLDER, default=Path("runs/eval-cache"), help="cache folder")
     ev.add_argument("--experiment", help="MLflow experiment (default: eval-<backbone>)")
     add_tracking_options(ev)
     add_ray_options(ev)
+
+
+def add_metric_options(ev: argparse.ArgumentParser) -> None:
+    """Each metric's options (`evaluation/metrics/`), as a sweep's evaluation section has them:
+    `--lpips-weights`, `--skill-convention`, …; an option that is a path must exist."""
+    from spanlift.platform.evaluation.metrics import METRICS, path_fields
+
+    for _, metric in METRICS:
+        paths = {name: INPUT for name in path_fields(metric.Options)}
+        add_field_options(ev, metric.Options, metric.option_names(), paths=paths)
+
+
+def metric_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The values of every metric's options (`add_metric_options`), by key."""
+    from spanlift.platform.evaluation.metrics import METRICS
+
+    return {name: getattr(args, name) for _, metric in METRICS for name in metric.option_names()}
 
 
 def batch_size(value: str) -> int | str:
@@ -89,13 +108,8 @@ def batch_size(value: str) -> int | str:
 def cmd_eval(args: argparse.Namespace) -> None:
     from spanlift.backbones import load_backbone
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-    from spanlift.platform.evaluation.reference import ReferenceSet
-    from spanlift.platform.evaluation.run_eval import (
-        EvalRequest,
-        Tracking,
-        default_samples,
-        run_eval,
-    )
+    from spanlift.platform.evaluation.metrics.reference import ReferenceSet
+    from spanlift.platform.run_eval import EvalRequest, Tracking, default_samples, run_eval
     from spanlift.platform.tracking.runs import resolve_tracking_uri
     from spanlift.solvers import SolverSpec
 
@@ -109,9 +123,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
             args.cache_dir,
             backbone_options=backbone_options,
             detector_weights=args.detector_weights,
-            lpips_weights=args.lpips_weights,
-            image_reward_weights=args.image_reward_weights,
             batch_size=args.batch_size,
+            options=metric_options(args),
         ),
         spec=SolverSpec(args.solver, args.nfe, args.schedule, parse_settings(args.set)),
         checkpoint=args.checkpoint,
@@ -125,30 +138,10 @@ def cmd_eval(args: argparse.Namespace) -> None:
         first_seed=args.seed_offset,
     )
     report = run_eval(request, Path("runs"), args.address, args.num_cpus)
-    if report.diagnostics is not None:
-        print(report.diagnostics.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-        print("wrote " + ", ".join(str(f) for f in report.files))
-    if report.samples is not None:
-        print_sample_report(report.samples, args.evaluators)
+    for line in report.lines():
+        print(line)
+    for name, reason in (report.samples.unavailable if report.samples else {}).items():
+        print(f"{name} unavailable: {reason}")
     print(f"evaluated in {report.seconds:.0f} s")
     if report.run_id:
         print(f"MLflow run {report.run_id} in experiment {experiment!r} at {request.tracking.uri}")
-
-
-def print_sample_report(samples: Any, evaluators: int) -> None:
-    if samples.fid is not None:
-        fid = samples.fid
-        print(
-            f"fid {fid.fid:.4f}  ({fid.samples} samples against {fid.reference}; "
-            f"detector {fid.detector})"
-        )
-    for name, value in samples.means.items():
-        against = samples.measures.get(f"{name}.reference")
-        print(f"{name} {value:.4f}" + (f"  (against {against})" if against else ""))
-    for name, reason in samples.unavailable.items():
-        print(f"{name} unavailable: {reason}")
-    print(
-        f"sampling: {samples.latency_ms_per_image:.3f} ms/image per evaluator, "
-        f"{samples.throughput_images_per_s:.1f} images/s over {evaluators} evaluators "
-        f"on {samples.device}"
-    )

@@ -9,26 +9,24 @@
 Both are scored in this process on the same held-out windows, with the same functions and the
 same measures (what skill and LPIPS are measured against) as the rows the evaluator actors score,
 so the leaderboard ranks them together with the solvers. They have no sampling time of their own,
-so their latency and throughput are NaN (and not logged).
+so they report no latency or throughput.
 """
 
 import hashlib
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from spanlift.backbones import Backbone
-from spanlift.backbones.nowcast_windows import OUTPUTS, sample_to_vil
-from spanlift.errors import MetricUnavailable
-from spanlift.nowcasting.scores import contingency_counts
+from spanlift.backbones.nowcast_windows import OUTPUTS
+from spanlift.errors import MetricUnavailable, SettingsError
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
-from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
-from spanlift.platform.evaluation.sample_metrics import SampleReport, Traits, measures_of
-from spanlift.platform.evaluation.states import MeanState, merge_states
+from spanlift.platform.evaluation.metrics import Batch, Done, Traits, made
+from spanlift.platform.evaluation.metrics.states import merge_states
+from spanlift.platform.evaluation.sample_metrics import SampleReport, finished_report, measures_of
 from spanlift.platform.sampling.teacher import TeacherSet
 from spanlift.solvers import SolverSpec
 
@@ -79,6 +77,20 @@ def cached_teacher(backbone: Backbone, test: TeacherSet, label: str) -> Referenc
     return ReferenceRow(label, forecast)
 
 
+@dataclass
+class Driver:
+    """This process as where a reference row's metrics run (`metrics.Host`): the backbone, the
+    CPU; no teacher and no detector, a row being scored against the observations."""
+
+    setup: EvaluatorSetup
+    backbone: Backbone
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    detector: Any = None
+
+    def teacher_samples(self, noise: Tensor, cond: Tensor | None) -> Tensor:
+        raise SettingsError("a reference row is scored against the observations, not the teacher")
+
+
 def score_reference_row(
     row: ReferenceRow,
     backbone: Backbone,
@@ -86,47 +98,23 @@ def score_reference_row(
     setup: EvaluatorSetup,
     metrics: tuple[str, ...],
 ) -> SampleReport:
-    """Skill counts (and LPIPS where AlexNet's weights exist) of the row's forecasts of the
-    windows of `seeds` against their observations, batch by batch."""
+    """`metrics` (skill counts, LPIPS where AlexNet's weights exist) of the row's forecasts of the
+    windows of `seeds` against their observations, batch by batch, as the evaluators compute
+    them; no sampling time (nothing is sampled)."""
     traits = Traits(observed=True, identity=backbone.identity())
     measures, unavailable = measures_of(metrics, setup, traits)
-    lpips_model = None
-    if "lpips" in metrics and "lpips" not in unavailable:
+    driver, networks = Driver(setup, backbone), {}
+    for metric in (m for m in made(metrics, setup.options) if m.name not in unavailable):
         try:
-            lpips_model = load_lpips(alexnet_weights(setup.lpips_weights))
+            networks[metric.name] = (metric, metric.load(driver))
         except MetricUnavailable as exc:
-            unavailable["lpips"] = str(exc)
+            unavailable[metric.name] = str(exc)
     parts = []
     for start in range(0, len(seeds), BATCH):
         part = slice(start, start + BATCH)
-        forecast, observed = row.forecast(part), backbone.observations(seeds[part])
-        counts = contingency_counts(
-            sample_to_vil(forecast),
-            sample_to_vil(observed),
-            per_lead=True,
-            convention=setup.skill_convention,
-        )
-        state: dict[str, Any] = {"skill": counts}
-        if lpips_model is not None:
-            state["lpips"] = frame_lpips(lpips_model, forecast, observed)
-        parts.append(state)
+        batch = Batch(list(seeds[part]), row.forecast(part), driver)
+        parts.append({name: m.state(batch, net) for name, (m, net) in networks.items()})
     merged = merge_states(parts)
-    return SampleReport(
-        samples=len(seeds),
-        device="cpu (driver)",
-        latency_ms_per_image=math.nan,
-        throughput_images_per_s=math.nan,
-        means={"lpips": merged["lpips"].mean} if "lpips" in merged else {},
-        measures=measures,
-        unavailable=unavailable,
-        skill=merged["skill"],
-    )
-
-
-@torch.no_grad()
-def frame_lpips(model: torch.nn.Module, forecast: Tensor, observed: Tensor) -> MeanState:
-    """LPIPS of each forecast frame against the observed one, frames as grey images."""
-    per_frame = (*forecast.shape[:2], 1, *forecast.shape[2:])
-    return lpips_state(
-        model, forecast.reshape(per_frame).flatten(0, 1), observed.reshape(per_frame).flatten(0, 1)
-    )
+    done = Done(len(seeds), 0.0, None, "cpu (driver)", measures=measures)
+    finished = [metric.finish(merged[name], None, done) for name, (metric, _) in networks.items()]
+    return finished_report(done, merged, finished, unavailable)

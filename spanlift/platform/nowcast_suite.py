@@ -37,8 +37,8 @@ from spanlift.nowcasting.store import open_prepared
 from spanlift.nowcasting.windows import DEFAULT_SPLIT, SplitSettings
 from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.metrics.reference import ReferenceSet
 from spanlift.platform.evaluation.pool import evaluators_on_ray
-from spanlift.platform.evaluation.reference import ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
 from spanlift.platform.fitting.compare import fit_spec
 from spanlift.platform.fitting.fit import FitSettings
@@ -80,7 +80,6 @@ PAPER = "ddim,dpm_solver_pp,unipc,ipndm,dyweight,spanlift,spanlift+pooled,spanli
 loss, which is Inception's there)."""
 VARIANTS = {"pooled": {"loss": "pooled"}, "observed": {"target": "observed"}}
 METRICS = ("skill", "lpips")
-TIMINGS = ("latency_ms_per_image", "throughput_images_per_s")
 
 
 @dataclass(frozen=True)
@@ -182,9 +181,8 @@ def run_suite(
         "",
         request.cache / "eval",
         options,
-        lpips_weights=request.lpips_weights,
         teacher=request.teacher,
-        skill_convention=request.convention,
+        options={"lpips_weights": request.lpips_weights, "skill_convention": request.convention},
     )
     start_ray(address, request.out, num_cpus)
     # the actors load the backbone while this process builds the teacher sets and fits
@@ -245,7 +243,7 @@ def fit_rows(
 
 
 def per_lead(result: SuiteResult) -> dict[str, xr.Dataset]:
-    return {label: result.reports[label].skill.to_dataset() for label in result.rows}
+    return {label: result.reports[label].states["skill"].to_dataset() for label in result.rows}
 
 
 def write_outputs(
@@ -353,15 +351,12 @@ def record_runs(
             "solver": label,
             "teacher.train_samples": request.train_samples,
         }
-        metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}
-        for timing in TIMINGS:  # reference rows draw no samples: no timing to log
-            if math.isnan(metrics[timing]):
-                del metrics[timing]
+        metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}  # reference rows: no timing
         if label in result.rmse:
             metrics |= {"rmse": result.rmse[label], "fit_seconds": result.fit_seconds[label]}
         with tempfile.TemporaryDirectory() as folder:
             netcdf = Path(folder) / "skill-scores.nc"
-            report.skill.to_dataset().to_netcdf(netcdf, engine="h5netcdf")
+            report.states["skill"].to_dataset().to_netcdf(netcdf, engine="h5netcdf")
             files = [netcdf, *result.files[1:], *([row.checkpoint] if row.checkpoint else [])]
             ids[label] = record_result(
                 runs,

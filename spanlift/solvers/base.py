@@ -89,6 +89,10 @@ class Solver(nn.Module):
     steps_by_direction: ClassVar[bool] = True
     """Each step is x_{i+1} = x_i + h_i Δ_i with Δ_i from `direction`, so a solver built around
     this one (SpanLift) can add to Δ_i; False where `steps` takes substeps (AMED-Plugin)."""
+    has_parts: ClassVar[bool] = False
+    """Its direction is α_i Δ_i^base + β_i Δ_i^op, a base's step plus a learned correction
+    (SpanLift): `parts(i, x, history, denoiser)` gives (Δ_i^base, Δ_i^op) and `part_weights(i)`
+    (α_i, β_i), which the span diagnostics read."""
     differentiable: ClassVar[bool] = True
     """Gradients reach the grid and the base's parameters through a rollout, so a solver built
     around this one (SpanLift, LD3, a plugin) can be fitted; False for another library's loop

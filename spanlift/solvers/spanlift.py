@@ -36,6 +36,7 @@ class SpanLift(OnBase):
 
     citation = "the SpanLift paper"
     reference = "this package"
+    has_parts = True
 
     def __init__(
         self,
@@ -100,6 +101,10 @@ class SpanLift(OnBase):
         """(Δ_i^base, Δ_i^op) before the α, β scaling."""
         base = self.base.direction(i, x, history[: self.base.buffer_size], denoiser)
         return base, self.operator(*self.operator_input(i, x, history), i)
+
+    def part_weights(self, i: int) -> tuple[Tensor, Tensor]:
+        """(α_i, β_i): how much of each part the step takes."""
+        return self.alpha[i], self.beta[i]
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
         base, op = self.parts(i, x, history, denoiser)

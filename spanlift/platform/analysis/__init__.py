@@ -4,5 +4,5 @@
     ratio         ‖P⊥_c β_iΔ_op‖ / ‖P⊥_c α_iΔ_base‖ per step, c the teacher chord (Analyses)
     out-of-span   ‖P⊥_i Δ_i‖ / ‖Δ_i‖ per step for any solver (Table "out-of-span ratio")
 
-Every per-step analysis reads the solver's own rollout (`evaluation.diagnostics.rollout`).
+Every per-step analysis reads the solver's own rollout (`evaluation.metrics.diagnostics.rollout`).
 """

@@ -21,8 +21,8 @@ from torch import Tensor
 
 from spanlift.backbones import Backbone
 from spanlift.errors import SettingsError
-from spanlift.platform.evaluation.diagnostics import RolloutStep, step_means
-from spanlift.solvers.spanlift import SpanLift
+from spanlift.platform.evaluation.metrics.diagnostics import RolloutStep, step_means
+from spanlift.solvers.base import Solver
 
 
 def project_out(vectors: Tensor, chord: Tensor) -> Tensor:
@@ -33,7 +33,7 @@ def project_out(vectors: Tensor, chord: Tensor) -> Tensor:
 
 
 def chord_ratio(
-    solver: SpanLift,
+    solver: Solver,
     backbone: Backbone,
     noise: Tensor,
     endpoints: Tensor,
@@ -42,15 +42,15 @@ def chord_ratio(
 ) -> pd.DataFrame:
     """ratio_i and unprojected μ_i per step of `solver` rolled out from `noise`, against the
     teacher `endpoints` of the same noise: columns step, sigma, ratio, unprojected."""
-    if not isinstance(solver, SpanLift):
+    if not solver.has_parts:
         raise SettingsError(f"the chord ratio needs a SpanLift solver, got {solver.name}")
     chords = endpoints.to(noise.device, noise.dtype) - backbone.prior(noise)
 
     def measure(record: RolloutStep, rows: slice) -> dict[str, Tensor]:
         chord = chords[rows]
         base, op = record.parts
-        i = record.step.i
-        scaled_base, scaled_op = solver.alpha[i] * base, solver.beta[i] * op
+        alpha, beta = solver.part_weights(record.step.i)
+        scaled_base, scaled_op = alpha * base, beta * op
         projected = project_out(scaled_op, chord).norm(dim=1)
         projected_base = project_out(scaled_base, chord).norm(dim=1)
         plain = scaled_op.flatten(1).norm(dim=1) / scaled_base.flatten(1).norm(dim=1)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from scipy.integrate import solve_ivp
 
@@ -309,20 +310,31 @@ def plot_halvorsen(result: HalvorsenResult, path: Path) -> Path:
     fig = Figure(figsize=(17, 5.5))
     times = list(np.linspace(0, setup.t_i + setup.h, 400))
     path_states = integrate(np.asarray(setup.initial), times, setup.a, DRAWING_TOLERANCE)[:, 0]
+    plot_attractor(fig.add_subplot(1, 3, 1, projection="3d"), result, path_states)
+    plot_step(fig.add_subplot(1, 3, 2, projection="3d"), result, path_states)
+    plot_mismatch(fig.add_subplot(1, 3, 3), result)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def plot_attractor(whole: Axes, result: HalvorsenResult, path_states: np.ndarray) -> None:
+    """(A): the attractor, and the trajectory from x(0) through x_i."""
+    setup = result.setup
     attractor = integrate(
         path_states[-1], list(np.linspace(0, 60, 6000)), setup.a, DRAWING_TOLERANCE
     )[:, 0]
-    x_i, h = result.reference.x[0], setup.h
-
-    whole = fig.add_subplot(1, 3, 1, projection="3d")
     whole.plot(*attractor.T, color="0.75", lw=0.3)
     whole.plot(*path_states.T, color="black", lw=1.2, label="x(t), 0 ≤ t ≤ 2")
     whole.scatter(*path_states[0], color="black", marker="^", s=20, label="x(0)")
-    whole.scatter(*x_i, color="tab:red", s=30, label="x_i = x(1.8)")
+    whole.scatter(*result.reference.x[0], color="tab:red", s=30, label="x_i = x(1.8)")
     whole.set(xlabel="x", ylabel="y", zlabel="z", title=f"(A) Halvorsen, a = {setup.a}")
     whole.legend(fontsize=7, loc="upper left")
 
-    view = fig.add_subplot(1, 3, 2, projection="3d")
+
+def plot_step(view: Axes, result: HalvorsenResult, path_states: np.ndarray) -> None:
+    """(B): the step's vectors as displacements h·Δ from x_i, arrow tips marked, V_i shaded."""
+    x_i, h = result.reference.x[0], result.setup.h
     near = (
         np.linalg.norm(path_states - x_i, axis=1) < 1.5 * h * np.abs(result.reference.target).max()
     )
@@ -348,7 +360,9 @@ def plot_halvorsen(result: HalvorsenResult, path: Path) -> Path:
     )
     view.legend(fontsize=7, loc="upper left")
 
-    bars = fig.add_subplot(1, 3, 3)
+
+def plot_mismatch(bars: Axes, result: HalvorsenResult) -> None:
+    """(C): each update's squared mismatch and its in-span and out-of-span parts."""
     names = list(result.rows)
     positions = np.arange(len(names))
     parts = {
@@ -371,6 +385,3 @@ def plot_halvorsen(result: HalvorsenResult, path: Path) -> Path:
     bars.set(ylabel="squared norm (symlog)", title="(C) ‖Δ*−Δ‖² = in-span + out-of-span, at x_i")
     bars.legend(fontsize=7, loc="upper right", ncols=2)
     bars.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path

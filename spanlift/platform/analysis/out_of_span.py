@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from spanlift.backbones import Backbone
-from spanlift.platform.evaluation.diagnostics import (
+from spanlift.platform.evaluation.metrics.diagnostics import (
     RolloutStep,
     out_of_span_ratio,
     step_means,

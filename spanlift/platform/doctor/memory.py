@@ -26,8 +26,9 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import loaded_backbone
 from spanlift.errors import SpanliftError
 from spanlift.platform.doctor.report import Outcome
-from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, Evaluator
-from spanlift.platform.evaluation.sample_metrics import Traits, measures_of
+from spanlift.platform.evaluation.evaluator import Evaluator
+from spanlift.platform.evaluation.metrics import SampleMetric, chosen
+from spanlift.platform.evaluation.sample_metrics import measures_of
 from spanlift.platform.fitting.fit import FitSettings, endpoint_loss
 from spanlift.platform.fitting.losses import loss_networks
 from spanlift.platform.fitting.memory_plan import (
@@ -124,7 +125,7 @@ class SweepProbe:
 
     def evaluation(self, spec: SolverSpec) -> Outcome:
         """A pass of the evaluation's batch of `spec`'s samples, and the batch that fits."""
-        from spanlift.platform.sweep.trial import evaluator_setup
+        from spanlift.platform.sweep.evaluation import evaluator_setup
 
         name = f"eval {spec.label()} nfe={spec.nfe}"
         with tempfile.TemporaryDirectory() as folder:
@@ -163,21 +164,15 @@ def asked_settings(settings: FitSettings) -> str:
 def available_metrics(config: SweepConfig, evaluator: Evaluator) -> tuple[list[str], list[str]]:
     """The sweep's sample metrics this machine can compute, and those it cannot (e.g. ImageReward
     without its files): named, and left out of the probe."""
-    wanted = tuple(m for m in config.evaluation.metrics if m in SAMPLE_METRICS)
-    traits = Traits(evaluator.prompted(), evaluator.observed(), evaluator.backbone_identity())
-    _, unavailable = measures_of(wanted, evaluator.setup, traits)
+    asked = chosen(config.evaluation.metrics, config.evaluation.options, SampleMetric)
+    wanted = [metric.name for metric in asked]
+    _, unavailable = measures_of(wanted, evaluator.setup, evaluator.traits())
     return [m for m in wanted if m not in unavailable], list(unavailable)
 
 
 def evaluator_networks(evaluator: Evaluator) -> list[torch.nn.Module]:
     """The networks an evaluator has loaded: its backbone and whichever metric networks ran."""
-    loaded = [evaluator.backbone]
-    for name in ("lpips", "image_reward", "teacher"):
-        if name in evaluator.__dict__:
-            loaded.append(evaluator.__dict__[name])
-    if "detector" in evaluator.__dict__:
-        loaded.append(evaluator.__dict__["detector"].extractor)
-    return loaded
+    return evaluator.loaded_modules()
 
 
 def memory_outcomes(config: SweepConfig, gpu_bytes: int, device: torch.device) -> Iterator[Outcome]:

@@ -1,10 +1,11 @@
-"""One evaluator: a backbone and its metric networks loaded once, turning seed shards into
+"""One evaluator: a backbone and its metrics' networks loaded once, turning seed shards into
 mergeable metric states.
 
 A plain class, so it runs in-process as well as in a Ray actor (`pool.py` wraps it). Samples of
 a shard are generated from the seeds' own noise (`seed_noise`), so a seed gives the same sample
-whichever actor draws it, and merged states do not depend on how seeds were split. The detector
-and the LPIPS network load on first use: an evaluation loads only what its metrics need.
+whichever actor draws it, and merged states do not depend on how seeds were split. A metric's
+network (the detector, LPIPS's AlexNet, …) loads when the metric first scores here
+(`metrics/`): an evaluation loads only what its metrics need.
 """
 
 import time
@@ -19,13 +20,8 @@ from torch import Tensor
 
 from spanlift.backbones.base import ACCELERATOR_BATCH
 from spanlift.backbones.loaded import loaded_backbone
-from spanlift.backbones.nowcast_windows import sample_to_vil
-from spanlift.errors import SettingsError
-from spanlift.nowcasting.scores import contingency_counts
-from spanlift.platform.evaluation.frechet import FeatureMoments, merge_all
-from spanlift.platform.evaluation.image_reward import image_reward_state, load_image_reward
-from spanlift.platform.evaluation.lpips_metric import alexnet_weights, load_lpips, lpips_state
-from spanlift.platform.evaluation.states import MeanState, merge_states
+from spanlift.platform.evaluation.metrics import Batch, SampleMetric, Traits, chosen, made
+from spanlift.platform.evaluation.metrics.states import MeanState, merge_states
 from spanlift.platform.sampling.rollout import on_device, rollout, seed_noise
 from spanlift.platform.sampling.score import GRID_COLUMNS, Score, score, score_batch
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, read_teacher
@@ -34,15 +30,14 @@ from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver
 
-if TYPE_CHECKING:  # torch-fidelity (and torchvision) load only where FID is asked for
+if TYPE_CHECKING:  # torch-fidelity (and torchvision) load only where a detector is asked for
     from spanlift.platform.detectors.registry import Detector
-
-SAMPLE_METRICS = ("fid", "lpips", "image_reward", "skill")  # from solver samples, by shard
 
 
 @dataclass(frozen=True)
 class EvaluatorSetup:
-    """What every evaluator of one evaluation loads: backbone, detector, cache, CPU threads."""
+    """What every evaluator of one evaluation loads: the backbone, the detector and its cache,
+    CPU threads, the teacher metrics compare with, each metric's options."""
 
     backbone: str
     detector: str  # "": the backbone's own FID detector
@@ -53,10 +48,10 @@ class EvaluatorSetup:
     batch_size: int | str = "auto"
     """Samples drawn, decoded and scored at once: a number, or "auto": the most (up to 256) a
     pass is predicted to hold in the device's free memory, measured at one and two samples."""
-    lpips_weights: Path | None = None  # AlexNet; None: torch's hub cache
-    teacher: SolverSpec = DEFAULT_TEACHER  # LPIPS compares with its samples from the same seeds
-    image_reward_weights: Path | None = None  # folder of ImageReward.pt, med_config.json
-    skill_convention: str = "exact"  # or "earthformer": how skill is counted (nowcasting/scores.py)
+    teacher: SolverSpec = DEFAULT_TEACHER  # metrics compare with its samples from the same seeds
+    options: dict[str, Any] = field(default_factory=dict)
+    """Each metric's options by key, as its plug-in declares them (`metrics/`); a key left out
+    is the metric's default."""
 
 
 class Evaluator:
@@ -66,9 +61,12 @@ class Evaluator:
         self.setup = setup
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.backbone = loaded_backbone(setup.backbone, setup.backbone_options).to(self.device)
+        self.networks: dict[str, Any] = {}
+        """Each metric's network, by metric name, once it has scored here."""
 
     @cached_property
     def detector(self) -> "Detector":
+        """The evaluation's feature detector (the backbone's own unless the setup names one)."""
         from spanlift.platform.detectors.registry import load_detector
 
         setup = self.setup
@@ -77,19 +75,33 @@ class Evaluator:
 
     @cached_property
     def teacher(self) -> torch.nn.Module:
-        """The solver whose samples LPIPS compares with."""
+        """The solver whose samples metrics compare with (LPIPS without observations)."""
         return load_solver(self.setup.teacher, None, self.backbone).to(self.device)
 
-    @cached_property
-    def lpips(self) -> torch.nn.Module:
-        return load_lpips(alexnet_weights(self.setup.lpips_weights)).to(self.device)
+    def teacher_samples(self, noise: Tensor, cond: Tensor | None) -> Tensor:
+        """The teacher's samples from `noise`, decoded and clipped as solver samples are."""
+        return self.backbone.decode(rollout(self.teacher, self.backbone, noise, cond)).clamp(-1, 1)
 
-    @cached_property
-    def image_reward(self) -> torch.nn.Module:
-        return load_image_reward(self.setup.image_reward_weights, self.device)
+    def network(self, metric: SampleMetric) -> Any:
+        """`metric`'s network on this evaluator, loaded on first use."""
+        if metric.name not in self.networks:
+            self.networks[metric.name] = metric.load(self)
+        return self.networks[metric.name]
+
+    def loaded_modules(self) -> list[torch.nn.Module]:
+        """The networks loaded here so far: the backbone, the teacher, the detector's, each
+        metric's (`doctor --memory` counts their bytes)."""
+        loaded = [self.backbone, *(self.__dict__[k] for k in ("teacher",) if k in self.__dict__)]
+        if "detector" in self.__dict__:
+            loaded.append(self.detector.extractor)
+        return loaded + [n for n in self.networks.values() if isinstance(n, torch.nn.Module)]
 
     def identity(self) -> str:
         return self.detector.identity
+
+    def traits(self) -> Traits:
+        """What the backbone has (`metrics.Traits`): prompts, observations, its identity."""
+        return Traits(self.prompted(), self.observed(), self.backbone_identity())
 
     def prompted(self) -> bool:
         """Whether the backbone gives its samples text prompts (ImageReward needs them)."""
@@ -114,14 +126,11 @@ class Evaluator:
         spec: SolverSpec,
         checkpoint: Path | None,
         seeds: Sequence[int],
-        metrics: Sequence[str] = ("fid",),
+        metrics: Sequence[str],
     ) -> dict[str, Any]:
-        """States of the solver's samples from `seeds`: `fid` feature moments, `lpips` summed
-        distance to the observations of the seeds (frame by frame) or else to the teacher's
-        samples from the same seeds, `image_reward` summed reward for the seeds' prompts, `skill`
-        contingency counts per threshold, pool and lead time against the observations, and always
-        `sampling`: seconds spent in the solver (model evaluations included) and the number of
-        samples."""
+        """The state of each of `metrics` (and of those every pass reports) of the solver's
+        samples from `seeds` (`metrics/`), and always `sampling`: seconds spent in the solver
+        (model evaluations included) and the number of samples."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
         size = self.batch_size(lambda n: self.shard_part(solver, seeds[:n], metrics), len(seeds))
         parts = [
@@ -145,46 +154,13 @@ class Evaluator:
         # Clipped as the EDM protocol clips (x·127.5 + 128 into [0, 255]; clamping first changes
         # no pixel): a poor solver's overshoot is a bad sample, not images of the wrong range.
         samples = self.backbone.decode(endpoints).clamp(-1, 1)
-        observed = on_device(self.backbone.observations(batch), self.device)
+        shard = Batch(list(batch), samples, self, noise, cond)
         part: dict[str, Any] = {"sampling": MeanState(seconds, len(batch))}
-        if "fid" in metrics:
-            part["fid"] = FeatureMoments.of(self.detector.features(samples))
-        if "lpips" in metrics:
-            part["lpips"] = self.lpips_against_reference(samples, observed, noise, cond)
-        if "image_reward" in metrics:
-            prompts = self.backbone.prompts(batch)
-            part["image_reward"] = image_reward_state(self.image_reward, samples, prompts)
-        if "skill" in metrics:
-            self.check_observed(observed)
-            part["skill"] = contingency_counts(
-                sample_to_vil(samples),
-                sample_to_vil(observed),
-                per_lead=True,
-                convention=self.setup.skill_convention,
-            )
+        for metric in chosen(metrics, self.setup.options, SampleMetric):
+            state = metric.state(shard, self.network(metric))
+            if state is not None:
+                part[metric.name] = state
         return part
-
-    def check_observed(self, observed: Tensor | None) -> None:
-        if observed is None:
-            raise SettingsError(
-                f"skill scores compare forecasts with observations; backbone "
-                f"{self.setup.backbone!r} has none (use a nowcasting backbone)"
-            )
-
-    def lpips_against_reference(
-        self, samples: Tensor, observed: Tensor | None, noise: Tensor, cond: Tensor | None
-    ) -> MeanState:
-        """LPIPS of each observed frame against the forecast frame (frames as grey images), or,
-        without observations, of each sample against the teacher's sample from the same seed."""
-        if observed is not None:
-            per_frame = (*samples.shape[:2], 1, *samples.shape[2:])
-            return lpips_state(
-                self.lpips,
-                samples.reshape(per_frame).flatten(0, 1),
-                observed.reshape(per_frame).flatten(0, 1),
-            )
-        reference = self.backbone.decode(rollout(self.teacher, self.backbone, noise, cond))
-        return lpips_state(self.lpips, samples, reference)
 
     @torch.no_grad()
     def score(
@@ -216,13 +192,20 @@ class Evaluator:
         return time.perf_counter() - start, endpoints
 
     @torch.no_grad()
-    def image_moments(self, images: Tensor) -> dict[str, FeatureMoments]:
-        """`fid` feature moments of given [-1, 1] images (a dataset shard)."""
-        size = self.batch_size(
-            lambda n: self.detector.features(images[:n].to(self.device)), len(images)
-        )
-        parts = [
-            FeatureMoments.of(self.detector.features(batch.to(self.device)))
-            for batch in images.split(size)
-        ]
-        return {"fid": merge_all(parts)}
+    def image_states(self, images: Tensor, metrics: Sequence[str]) -> dict[str, Any]:
+        """The state of each of `metrics` of given [-1, 1] images (a dataset shard), for those
+        that score images alone (FID's feature moments)."""
+        return {
+            metric.name: self.image_state(metric, images)
+            for metric in made(metrics, self.setup.options)
+        }
+
+    def image_state(self, metric: SampleMetric, images: Tensor) -> Any:
+        """`metric`'s state of `images`, in batches of `batch_size`."""
+        network = self.network(metric)
+
+        def state(batch: Tensor) -> Any:
+            return {metric.name: metric.image_state(network, batch.to(self.device))}
+
+        size = self.batch_size(lambda n: state(images[:n]), len(images))
+        return merge_states([state(batch) for batch in images.split(size)])[metric.name]

@@ -3,7 +3,7 @@
 An evaluator actor is one process holding an `Evaluator` (backbone, detector: loaded on its first
 call, then kept), with its CPUs (and GPU) reserved for as long as it lives, so Ray and Tune
 account for it honestly. A sweep starts its actors once and all its trials share them (trial
-scoring, FID, LPIPS); `spanlift eval` starts them for one evaluation. Shards go to the actors
+scoring, sample metrics); `spanlift eval` starts them for one evaluation. Shards go to the actors
 round-robin; the driver merges the states as they arrive (`states.py`), so every metric is the
 same for 1 or N actors. An actor whose process dies is restarted by Ray and its shards retried
 (`RESTARTS`); a shard's task returns one result however often it ran, so each is merged once.
@@ -28,7 +28,7 @@ from tqdm import tqdm
 from spanlift.backbones.loaded import backbone_loads
 from spanlift.errors import SpanliftError
 from spanlift.platform.evaluation.evaluator import Evaluator, EvaluatorSetup
-from spanlift.platform.evaluation.states import merge_states
+from spanlift.platform.evaluation.metrics.states import merge_states
 from spanlift.platform.storage import Storage
 from spanlift.solvers import SolverSpec
 
@@ -131,10 +131,11 @@ class EvaluatorPool:
         shards = [(spec, checkpoint, part.tolist(), tuple(metrics)) for part in parts if len(part)]
         return self.reduce("solver_states", shards, len(seeds), desc)
 
-    def image_moments(self, images: Tensor, desc: str) -> dict[str, Any]:
-        """`Evaluator.image_moments` over the images, in shards."""
+    def image_states(self, images: Tensor, metrics: Sequence[str], desc: str) -> dict[str, Any]:
+        """`Evaluator.image_states` over the images, in shards."""
         parts = images.tensor_split(len(self.actors) * SHARDS_PER_ACTOR)
-        return self.reduce("image_moments", [(p,) for p in parts if len(p)], len(images), desc)
+        shards = [(p, tuple(metrics)) for p in parts if len(p)]
+        return self.reduce("image_states", shards, len(images), desc)
 
     def stop(self) -> None:
         """Kill the actors for good: `no_restart` keeps Ray from bringing them back."""

@@ -7,21 +7,22 @@ See `sweeps/digits_nfe.yaml` for a commented example of every section.
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, field
+import typing
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
 from spanlift.backbones import BACKBONES
-from spanlift.errors import SettingsError, SpanliftError
+from spanlift.errors import OptionError, SettingsError, SpanliftError
+from spanlift.platform.evaluation.metrics import METRICS, EvaluationMetric, option_values
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
 from spanlift.platform.storage import check_storage, is_uri
 from spanlift.platform.sweep.searchers import (
     SEARCHERS,
-    OptionError,
     SearchAlgorithm,
     default_search,
     stored_searcher,
@@ -133,7 +134,7 @@ class Resources:
 @dataclass(frozen=True)
 class EvaluationConfig:
     """Metrics beyond the endpoint error, computed by the sweep's evaluator actors after each
-    trial's fit."""
+    trial's fit (`platform/evaluation/metrics/`: what each is, and its options)."""
 
     metrics: tuple[str, ...] = ()
     samples: int = 1000
@@ -144,23 +145,32 @@ class EvaluationConfig:
     evaluators: int = 1
     """Evaluator actors, each holding the backbone and the metrics' networks."""
     detector: str | None = None
-    """FID detector; None: the backbone's own."""
+    """Feature detector of the metrics that compare features (FID); None: the backbone's own."""
     reference: str = "dataset"
     """FID reference: dataset (the backbone's training images), teacher (teacher samples), or a
     statistics .npz such as NVlabs' cifar10-32x32.npz (the usual choice for EDM networks)."""
     reference_samples: int = 10_000
     """Teacher samples in a teacher reference."""
-    lpips_weights: Path | None = None
-    """AlexNet weights for LPIPS; None: torch's hub cache
-    (~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth)."""
-    image_reward_weights: Path | None = None
-    """Folder with ImageReward.pt and med_config.json; None: ~/.cache/ImageReward."""
-    skill_convention: str = "exact"
-    """How nowcasting skill is counted: exact, or earthformer (Earthformer's and PreDiff's
-    tables; nowcasting/scores.py)."""
     batch_size: int | str = "auto"
     """Samples drawn, decoded and scored at once: a number, or auto (the most, up to 256, that
     a pass is predicted to hold in the device's free memory)."""
+    options: dict[str, Any] = field(default_factory=option_values)
+    """Every metric's options by key (`lpips_weights`, `skill_convention`, …): the other keys of
+    the section, each declared by its metric."""
+
+    def settings(self) -> dict[str, Any]:
+        """The section as the file writes it, every metric's options filled in: what the stored
+        sweep and a run key hold."""
+        data = asdict(self)
+        options = data.pop("options")
+        return {**data, **options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled from a Tune state saved with each metric's options as fields of their own."""
+        own = {f.name for f in fields(EvaluationConfig)}
+        moved = {key: state.pop(key) for key in list(state) if key not in own}
+        state.setdefault("options", option_values(moved))
+        self.__dict__.update(state)
 
 
 @dataclass(frozen=True)
@@ -256,7 +266,8 @@ class SweepConfig:
         """The validated sweep, defaults filled in, as plain data (stored with the Tune state);
         the searcher as `algorithm`, `num_samples` and its options (`SearchAlgorithm.stored`)."""
         data: dict[str, Any] = {}
-        for key, value in {**asdict(self), "fit": self.fit.to_dict()}.items():
+        own = {"fit": self.fit.to_dict(), "evaluation": self.evaluation.settings()}
+        for key, value in {**asdict(self), **own}.items():
             data |= self.search.stored() if key == "search" else {key: value}
         data = json.loads(json.dumps(data, default=str))
         data.pop("source")
@@ -393,29 +404,16 @@ def _use_gpu(reader: _Reader) -> bool | str:
 
 
 def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
-    from spanlift.nowcasting.scores import CONVENTIONS
     from spanlift.platform.detectors.registry import DETECTORS
-    from spanlift.platform.evaluation.reference import read_statistics
-    from spanlift.platform.evaluation.run_eval import METRICS
+    from spanlift.platform.evaluation.metrics.reference import read_statistics
 
-    e.only(
-        "metrics",
-        "samples",
-        "validation_samples",
-        "evaluators",
-        "detector",
-        "reference",
-        "reference_samples",
-        "lpips_weights",
-        "image_reward_weights",
-        "skill_convention",
-        "batch_size",
-    )
+    own = [f.name for f in fields(EvaluationConfig) if f.name != "options"]
+    e.only(*own, *(key for _, metric in METRICS for key in metric.option_names()))
     defaults = EvaluationConfig()
     metrics = tuple(e.get("metrics", list, list(defaults.metrics)))
     for metric in metrics:
         if metric not in METRICS:
-            e.fail("metrics", metric, f"metrics among {', '.join(METRICS)}")
+            e.fail("metrics", metric, f"metrics among {', '.join(METRICS.names())}")
     detector = e.get("detector", str, defaults.detector)
     if detector is not None and detector not in DETECTORS:
         e.fail("detector", detector, f"one of {', '.join(DETECTORS.names())}")
@@ -423,9 +421,6 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
     if reference not in ("dataset", "teacher"):  # a statistics file, relative to the sweep file
         reference = str((folder / Path(reference).expanduser()).resolve())
         _checked(e, "reference", lambda: read_statistics(Path(reference)))
-    convention = e.get("skill_convention", str, defaults.skill_convention)
-    if convention not in CONVENTIONS:
-        e.fail("skill_convention", convention, f"one of {', '.join(CONVENTIONS)}")
     return EvaluationConfig(
         metrics,
         e.positive_int("samples", defaults.samples),
@@ -434,11 +429,25 @@ def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
         detector,
         reference,
         e.positive_int("reference_samples", defaults.reference_samples),
-        lpips_weights=_optional_path(e.get("lpips_weights", str, None), folder),
-        image_reward_weights=_optional_path(e.get("image_reward_weights", str, None), folder),
-        skill_convention=convention,
         batch_size=_batch_size(e, "batch_size", defaults.batch_size),
+        options={
+            k: v for _, m in METRICS for k, v in asdict(_metric_options(e, m, folder)).items()
+        },
     )
+
+
+def _metric_options(e: _Reader, metric: type[EvaluationMetric], folder: Path) -> Any:
+    """`metric`'s options from the section's keys it declares, each of its field's type (a path
+    as text, relative to the file's folder), checked by the options themselves."""
+    hints = typing.get_type_hints(metric.Options)
+    given = {}
+    for key in (k for k in metric.option_names() if k in e.data):
+        kind = next(t for t in (*typing.get_args(hints[key]), hints[key]) if t is not type(None))
+        given[key] = e.get(key, str if kind is Path else kind)
+    try:
+        return metric.Options(**given).within(folder)
+    except OptionError as exc:
+        e.error(exc.key, exc.detail)
 
 
 def _batch_size(reader: _Reader, key: str, default: int | str) -> int | str:
@@ -447,10 +456,6 @@ def _batch_size(reader: _Reader, key: str, default: int | str) -> int | str:
     if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         reader.fail(key, value, "a positive integer or auto")
     return value
-
-
-def _optional_path(value: str | None, folder: Path) -> Path | None:
-    return (folder / Path(value).expanduser()).resolve() if value else None
 
 
 PATH_OPTIONS = ("weights", "path", "dir", "root", "data", "code", "prompts")

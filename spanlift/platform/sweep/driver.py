@@ -36,6 +36,7 @@ from spanlift.platform.ray_runtime import (
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import SweepConfig, load_sweep
 from spanlift.platform.sweep.distinct_search import DistinctSearch
+from spanlift.platform.sweep.evaluation import evaluator_setup
 from spanlift.platform.sweep.progress import (
     console_settings,
     log_ray_to_file,
@@ -50,8 +51,8 @@ from spanlift.platform.sweep.stages import Stages
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.stored_values import StoredValues
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
-from spanlift.platform.sweep.teacher import prepare_teachers
-from spanlift.platform.sweep.trial import SweepContext, evaluator_setup, run_trial, trial_spec
+from spanlift.platform.sweep.teacher import SweepTeachers, prepare_teachers
+from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
 from spanlift.platform.tracking.runs import (
     ConfigurationRuns,
     connect,
@@ -212,54 +213,17 @@ def run_sweep(
     if address:
         check_reachable(address)  # before anything is written
     uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
-    stages.configurations = expected_configurations(config)
-    stages.begin(
-        "opening the MLflow store",
-        f"{stages.configurations} configurations of sweep {config.experiment} will be recorded at {uri}",
-    )
-    experiment_id(connect(uri), config.experiment, create=True)
-    restore = sync_sweep_state(store, config, resume, restart)
-    stages.resumable = True
-    if not verbose:
-        log_ray_to_file(root)
-    where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
-    stages.begin(where, "" if address else f"its logs: {root / 'ray-logs'}")
-    start_ray(address, root, num_cpus, verbose, dashboard=not config.resources.fits_in_trial)
-    config = with_gpu_choice(config)
-    evaluators = Reserved(*config.evaluator_actors()[:3])
-    concurrency = check_fits(trial_bundle(config), evaluators, address is None)
-    t = config.teacher
-    seeds = t.train_samples + t.validation_samples + t.test_samples
-    stages.begin(
-        "preparing the teacher", f"{t.solver.label()} nfe={t.solver.nfe} on {seeds} seeds, cached"
-    )
-    teachers = prepare_teachers(config, store.child("teacher"))
+    restore = open_stores(config, store, uri, resume, restart, stages)
+    config, concurrency = join_ray(config, root, address, num_cpus, verbose, stages)
+    teachers = teacher_stage(config, store, stages)
     runs = ConfigurationRuns(uri, config.experiment)
     tags = source_tags(f"spanlift sweep {path}")
     parent = open_sweep_run(runs, config, root, tags)
+    context = SweepContext(
+        config, root, teachers, uri, parent, reuse_across_versions, tags, storage=store
+    )
     try:
-        if evaluators.count:
-            stages.begin("starting the evaluators", evaluators.describe())
-        setup = evaluator_setup(config, root)
-        with running_evaluators(
-            setup, evaluators.count, evaluators.cpus, evaluators.gpus, store
-        ) as pool:
-            context = SweepContext(
-                config,
-                root,
-                teachers,
-                uri,
-                parent,
-                reuse_across_versions,
-                tags,
-                tuple(pool.actors),
-                store,
-            )
-            stages.begin("running the configurations", running_detail(config, concurrency))
-            search = searcher_for(context, concurrency)
-            tuner = make_tuner(context, restore, concurrency, verbose, search)
-            with stages.handed_over():  # Tune answers Ctrl-C while its experiment runs
-                results = tuner.fit()
+        results, search = run_configurations(context, restore, concurrency, verbose, stages)
     except BaseException:
         runs.client.set_terminated(parent, "KILLED")
         raise
@@ -270,6 +234,73 @@ def run_sweep(
         store.publish(root / name)
     close_sweep_run(runs, parent, summary, root)
     return summary
+
+
+def open_stores(
+    config: SweepConfig, store: Storage, uri: str, resume: bool, restart: bool, stages: Stages
+) -> bool:
+    """The MLflow experiment (made if new) and the sweep's stored state (checked against the
+    file, or started anew); whether Tune restores its experiment."""
+    stages.configurations = expected_configurations(config)
+    stages.begin(
+        "opening the MLflow store",
+        f"{stages.configurations} configurations of sweep {config.experiment} will be recorded at {uri}",
+    )
+    experiment_id(connect(uri), config.experiment, create=True)
+    restore = sync_sweep_state(store, config, resume, restart)
+    stages.resumable = True
+    return restore
+
+
+def join_ray(
+    config: SweepConfig,
+    root: Path,
+    address: str | None,
+    num_cpus: int | None,
+    verbose: bool,
+    stages: Stages,
+) -> tuple[SweepConfig, int]:
+    """Start or join Ray; the sweep with `use_gpu: auto` resolved there, and how many trials run
+    at once (a trial that cannot be placed is refused here)."""
+    if not verbose:
+        log_ray_to_file(root)
+    where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
+    stages.begin(where, "" if address else f"its logs: {root / 'ray-logs'}")
+    start_ray(address, root, num_cpus, verbose, dashboard=not config.resources.fits_in_trial)
+    config = with_gpu_choice(config)
+    evaluators = Reserved(*config.evaluator_actors()[:3])
+    return config, check_fits(trial_bundle(config), evaluators, address is None)
+
+
+def teacher_stage(config: SweepConfig, store: Storage, stages: Stages) -> SweepTeachers:
+    """The sweep's teacher sets, generated once (or found in the storage)."""
+    t = config.teacher
+    seeds = t.train_samples + t.validation_samples + t.test_samples
+    stages.begin(
+        "preparing the teacher", f"{t.solver.label()} nfe={t.solver.nfe} on {seeds} seeds, cached"
+    )
+    return prepare_teachers(config, store.child("teacher"))
+
+
+def run_configurations(
+    context: SweepContext, restore: bool, concurrency: int, verbose: bool, stages: Stages
+) -> tuple[Any, tuple[Searcher, int]]:
+    """Tune's experiment over the configurations, beside the sweep's evaluator actors (started
+    for it, stopped after it): its results, and the searcher that proposed them."""
+    config = context.config
+    evaluators = Reserved(*config.evaluator_actors()[:3])
+    if evaluators.count:
+        stages.begin("starting the evaluators", evaluators.describe())
+    setup = evaluator_setup(config, context.root)
+    with running_evaluators(
+        setup, evaluators.count, evaluators.cpus, evaluators.gpus, context.store
+    ) as pool:
+        context = replace(context, evaluators=tuple(pool.actors))
+        stages.begin("running the configurations", running_detail(config, concurrency))
+        search = searcher_for(context, concurrency)
+        tuner = make_tuner(context, restore, concurrency, verbose, search)
+        with stages.handed_over():  # Tune answers Ctrl-C while its experiment runs
+            return tuner.fit(), search
 
 
 def running_detail(config: SweepConfig, concurrency: int) -> str:

@@ -5,13 +5,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanlift.platform.configuration import code_version
-from spanlift.platform.sweep.space import decode
-from spanlift.platform.sweep.trial import (
-    SweepContext,
-    configuration,
-    for_replicate,
-    replicate_seeds,
-)
+from spanlift.platform.sweep.context import SweepContext, for_replicate
+from spanlift.platform.sweep.replicate import configuration
+from spanlift.platform.sweep.trial import Trial
 from spanlift.platform.tracking.runs import ConfigurationRuns
 
 
@@ -26,12 +22,12 @@ class StoredValues:
 
     def __call__(self, params: dict[str, Any]) -> float | None:
         context = self.context
-        entry, spec = decode(params, context.config)
+        trial = Trial.of(params, context.config)
         runs = ConfigurationRuns(context.tracking_uri, context.config.experiment)
         version = None if context.reuse_across_versions else code_version()
         values = []
-        for seed in replicate_seeds(entry, spec, context):
-            result = configuration(spec, for_replicate(context, entry, seed))
+        for seed in trial.seeds(context.config):
+            result = configuration(trial.spec, for_replicate(context, trial.entry, seed))
             found = runs.find(result.key(), version)
             value = found.metrics.get(context.config.search_metric) if found else None
             if found is None or found.status != "FINISHED" or value is None:

@@ -11,6 +11,7 @@ is a bucket, and on a GPU reports its memory peak and utilisation with its metri
 """
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from spanlift.platform.sampling.teacher import read_teacher
 from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.gpu_telemetry import GpuTelemetry
 from spanlift.platform.sweep.teacher import FitTeachers
-from spanlift.solvers import SolverSpec, build_solver, save_solver
+from spanlift.solvers import Solver, SolverSpec, build_solver, save_solver
 
 STATE_FILE = "fit_state.pt"
 SOLVER_FILE = "solver.pt"
@@ -57,31 +58,7 @@ def fit_worker(config: dict[str, Any]) -> None:
     resumed_from = resume["iteration"] if resume else 0
     is_chief = ray.train.get_context().get_world_rank() == 0
     gpu = GpuTelemetry(torch.device(device))
-
-    def report(metrics: dict[str, float], state: FitState | None) -> None:
-        # Each ray.train.report waits for the controller to collect it (it polls every ~2 s),
-        # so metrics travel only with checkpoints: every `checkpoint_every` iterations.
-        if state is None:
-            return
-        metrics = {**metrics, **gpu.metrics(), "resumed_from": resumed_from}
-        if not is_chief:
-            ray.train.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as folder:
-            torch.save(state, Path(folder) / STATE_FILE)
-            history = {
-                "losses": state["losses"],
-                "fit_seconds": state["seconds"],
-                "validation": state["validation"],
-                "best_iteration": state["best"]["iteration"],
-                "memory": state["memory"],
-            }
-            save_solver(Path(folder) / SOLVER_FILE, solver, metadata=history)
-            ray.train.report(
-                {**metrics, "fit_seconds": state["seconds"]},
-                checkpoint=ray.train.Checkpoint.from_directory(folder),
-            )
-
+    report = Reporter(solver, gpu, resumed_from, is_chief)
     try:
         with gpu:
             fit(
@@ -95,11 +72,50 @@ def fit_worker(config: dict[str, Any]) -> None:
                 validation=validation,
             )
     except TrainingDivergedError as exc:
-        # Ray Train's result keeps the metrics of the last checkpointed report: attach one.
-        metrics = {"diverged": str(exc), "resumed_from": resumed_from}
+        report.diverged(exc)
+
+
+@dataclass(frozen=True)
+class Reporter:
+    """How a rank tells Ray Train of its fit: the chief with a checkpoint of the fit state and
+    the solver, every rank with the metrics (GPU telemetry and where the fit resumed from)."""
+
+    solver: Solver
+    gpu: GpuTelemetry
+    resumed_from: int
+    is_chief: bool
+
+    def __call__(self, metrics: dict[str, float], state: FitState | None) -> None:
+        # Each ray.train.report waits for the controller to collect it (it polls every ~2 s),
+        # so metrics travel only with checkpoints: every `checkpoint_every` iterations.
+        if state is None:
+            return
+        metrics = {**metrics, **self.gpu.metrics(), "resumed_from": self.resumed_from}
+        if not self.is_chief:
+            ray.train.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            torch.save(state, Path(folder) / STATE_FILE)
+            history = {
+                "losses": state["losses"],
+                "fit_seconds": state["seconds"],
+                "validation": state["validation"],
+                "best_iteration": state["best"]["iteration"],
+                "memory": state["memory"],
+            }
+            save_solver(Path(folder) / SOLVER_FILE, self.solver, metadata=history)
+            ray.train.report(
+                {**metrics, "fit_seconds": state["seconds"]},
+                checkpoint=ray.train.Checkpoint.from_directory(folder),
+            )
+
+    def diverged(self, exc: TrainingDivergedError) -> None:
+        """Report a fit that diverged: Ray Train's result keeps the metrics of the last
+        checkpointed report, so the chief attaches one."""
+        metrics = {"diverged": str(exc), "resumed_from": self.resumed_from}
         with tempfile.TemporaryDirectory() as folder:
             (Path(folder) / "diverged.txt").write_text(str(exc))
-            checkpoint = ray.train.Checkpoint.from_directory(folder) if is_chief else None
+            checkpoint = ray.train.Checkpoint.from_directory(folder) if self.is_chief else None
             ray.train.report(metrics, checkpoint=checkpoint)
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from spanlift.errors import SettingsError
+from spanlift.errors import OptionError
 from spanlift.registry import Registry
 
 if TYPE_CHECKING:
@@ -52,14 +52,6 @@ class OptunaPlan:
     sampler: "optuna.samplers.BaseSampler"
     points: list[dict[str, Any]] | None = None
     """Configurations proposed first, in order."""
-
-
-class OptionError(SettingsError):
-    """A searcher option with a value it does not take."""
-
-    def __init__(self, key: str, value: Any, expected: str) -> None:
-        super().__init__(f"{key}: expected {expected}, got {value!r}")
-        self.key, self.value, self.expected = key, value, expected
 
 
 def whole(value: Any, least: int) -> bool:

@@ -28,7 +28,7 @@ import torch
 from spanlift.backbones import Backbone
 from spanlift.errors import CacheError, ReferenceStatisticsError
 from spanlift.files import atomic_write, file_sha256
-from spanlift.platform.evaluation.frechet import FeatureMoments
+from spanlift.platform.evaluation.metrics.frechet import FeatureMoments
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
 from spanlift.seeds import REFERENCE_FIRST_SEED
 from spanlift.solvers import SolverSpec

@@ -1,4 +1,4 @@
-"""Solver diagnostics of SpanLift, per step: where its learned correction points, and how large it is.
+"""diagnostics: where a solver's learned correction points, and how large it is, per step.
 
 With the derivative buffer D_i = [d_i, d_{i−1}, …, d_{i−K+1}] (flattened per sample, K = 3) and
 P_i the orthogonal projector onto span(D_i),
@@ -7,29 +7,32 @@ P_i the orthogonal projector onto span(D_i),
     relative magnitude μ_i = ‖β_i Δ_i^op‖ / ‖α_i Δ_i^base‖
 
 averaged over samples. Multistep solvers can only combine buffered derivatives (ρ = 0); SpanLift's
-operator adds what lies outside their span (the paper's argument), and μ says how much.
+operator adds what lies outside their span (the paper's argument), and μ says how much. As a
+metric it applies to a solver whose step has parts (`Solver.has_parts`: SpanLift): the per-step
+table and plot over the first FID seeds as files, and the mean of ρ_i over steps as
+`out_of_span_ratio`.
 
 `rollout` is the one loop every per-step analysis reads (these diagnostics and
 `spanlift.platform.analysis`): the solver's own `Solver.steps`, with each step's last K on-grid
-derivatives and, for SpanLift, its two parts.
+derivatives and, for a solver with parts, its two parts.
 """
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.errors import SettingsError
+from spanlift.platform.evaluation.metrics.base import METRICS, Finished, Row, SolverMetric
 from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers.base import Solver, Step
-from spanlift.solvers.spanlift import SpanLift
 
 BUFFER = 3
 RANK_TOLERANCE = 1e-6  # singular values below this × the largest do not span a direction
@@ -57,7 +60,8 @@ class RolloutStep:
     `derivatives` are d_i, d_{i−1}, …, d_{i−K+1} (newest first, fewer at the first steps): the
     derivative each step evaluated at its grid state x_j (`history[0]`), kept here for K steps
     whatever the solver's own buffer size, so every solver is measured against the same span V_i.
-    `parts` is SpanLift's (Δ_i^base, Δ_i^op) before the α_i, β_i scaling; None for other solvers.
+    `parts` is (Δ_i^base, Δ_i^op) before the α_i, β_i scaling for a solver that has them
+    (`Solver.has_parts`: SpanLift); None for other solvers.
     """
 
     step: Step
@@ -74,14 +78,15 @@ def rollout(
     buffer: int = BUFFER,
 ) -> Iterator[RolloutStep]:
     """`solver.steps` from the prior sample of `noise`, with the last `buffer` grid derivatives of
-    each step and SpanLift's parts (read by `SpanLift.parts` on the step's own state and history;
+    each step and the parts of a solver that has them (read by its `parts` on the step's own state
+    and history;
     a base that calls the model inside its direction, as Heun does, calls it again there)."""
     denoiser = conditioned(backbone, cond)
     derivatives: list[Tensor] = []
     for step in solver.steps(denoiser, backbone.prior(noise)):
         derivatives = [step.history[0].derivative, *derivatives][:buffer]
         parts = None
-        if isinstance(solver, SpanLift):
+        if solver.has_parts:
             parts = solver.parts(step.i, step.x, step.history, denoiser)
         yield RolloutStep(step, float(solver.sigmas[step.i]), derivatives, parts)
 
@@ -130,16 +135,18 @@ class StepDiagnostics:
 
 @torch.no_grad()
 def spanlift_diagnostics(
-    solver: SpanLift, backbone: Backbone, noise: Tensor, cond: Tensor | None = None
+    solver: Solver, backbone: Backbone, noise: Tensor, cond: Tensor | None = None
 ) -> list[StepDiagnostics]:
-    """Roll SpanLift out from `noise`, recording ρ_i and μ_i at each step (the rollout is the
-    solver's own: x_{i+1} = x_i + h_i (α_i Δ_i^base + β_i Δ_i^op))."""
-    if not isinstance(solver, SpanLift):
+    """Roll SpanLift (a solver with parts, `Solver.has_parts`) out from `noise`, recording ρ_i
+    and μ_i at each step (the rollout is the solver's own: x_{i+1} = x_i + h_i (α_i Δ_i^base +
+    β_i Δ_i^op))."""
+    if not solver.has_parts:
         raise SettingsError(f"diagnostics need a SpanLift solver, got {solver.name}")
     steps = []
     for record in rollout(solver, backbone, noise, cond):
         i, (base, op) = record.step.i, record.parts
-        scaled_base, scaled_op = solver.alpha[i] * base, solver.beta[i] * op
+        alpha, beta = solver.part_weights(i)
+        scaled_base, scaled_op = alpha * base, beta * op
         rho = out_of_span_ratio(op, record.derivatives)
         mu = scaled_op.flatten(1).norm(dim=1) / scaled_base.flatten(1).norm(dim=1)
         steps.append(StepDiagnostics(i, record.sigma, rho.nanmean().item(), mu.mean().item()))
@@ -152,6 +159,8 @@ def diagnostics_table(steps: list[StepDiagnostics]) -> pd.DataFrame:
 
 def plot_diagnostics(steps: list[StepDiagnostics], path: Path, title: str = "") -> Path:
     """ρ_i and μ_i against the step index, one panel each."""
+    from matplotlib.figure import Figure  # matplotlib: only where a plot is drawn
+
     frame = diagnostics_table(steps)
     fig = Figure(figsize=(9, 3.5))
     left, right = fig.subplots(1, 2)
@@ -174,7 +183,7 @@ DIAGNOSTIC_SAMPLES = 256
 
 
 def write_diagnostics(
-    solver: SpanLift, backbone: Backbone, folder: Path, name: str
+    solver: Solver, backbone: Backbone, folder: Path, name: str
 ) -> tuple[pd.DataFrame, list[Path]]:
     """Per-step table (CSV) and plot (PNG) of `solver` over DIAGNOSTIC_SAMPLES samples (the first
     FID seeds), written to `folder` as `name`-diagnostics.*."""
@@ -186,3 +195,23 @@ def write_diagnostics(
     csv = folder / f"{name}-diagnostics.csv"
     table.to_csv(csv, index=False)
     return table, [csv, plot_diagnostics(steps, folder / f"{name}-diagnostics.png", name)]
+
+
+RATIO = "out_of_span_ratio"
+
+
+@METRICS.register("diagnostics")
+class Diagnostics(SolverMetric):
+    rows = (Row(RATIO, "min", "mean ‖P⊥ Δ_op‖/‖Δ_op‖ over steps (SpanLift)"),)
+    needs = "a SpanLift solver"
+
+    def applies_to(self, solver: Solver) -> bool:
+        return solver.has_parts
+
+    def of_solver(self, solver: Solver, backbone: Backbone, folder: Path, name: str) -> Finished:
+        """The per-step table and plot as `<name>-diagnostics.csv` and `.png` in `folder`."""
+        table, files = write_diagnostics(solver, backbone, folder, name)
+        ratio = float(table["out_of_span"].mean())
+        shown = table.to_string(index=False, float_format=lambda v: f"{v:.4f}")
+        lines = (shown, "wrote " + ", ".join(str(f) for f in files))
+        return Finished({RATIO: ratio} if math.isfinite(ratio) else {}, {}, tuple(files), lines)

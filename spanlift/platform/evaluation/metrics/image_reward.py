@@ -1,4 +1,7 @@
-"""ImageReward (Xu et al. 2023): a BLIP-based reward of how well an image matches its prompt.
+"""image_reward: ImageReward (Xu et al. 2023), a BLIP-based reward of how well an image matches
+its prompt, averaged over the samples of a prompt-conditioned backbone,
+
+    image_reward = (1/N) Σ_n r(x_n, prompt_n).
 
 Scored with the model class of the `image-reward` package (`pip install 'spanlift[imagereward]'`),
 run on transformers 5 (see `image_reward_class`), from local files only: the checkpoint
@@ -16,8 +19,9 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 from unittest import mock
 
 import torch
@@ -25,9 +29,23 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from spanlift.errors import MetricUnavailable
+from spanlift.files import file_sha256
 from spanlift.platform.detectors.images import check_samples
-from spanlift.platform.evaluation.states import MeanState
+from spanlift.platform.evaluation.metrics.base import (
+    METRICS,
+    Batch,
+    Done,
+    Finished,
+    Host,
+    Options,
+    Row,
+    SampleMetric,
+    Setup,
+    Traits,
+)
+from spanlift.platform.evaluation.metrics.states import MeanState
 
+NAME = "image_reward"
 FILES = ("ImageReward.pt", "med_config.json")
 DEFAULT_FOLDER = Path("~/.cache/ImageReward")  # where the package itself keeps them
 INPUT_SIZE = 224
@@ -202,3 +220,35 @@ def image_reward_state(model: torch.nn.Module, images: Tensor, prompts: Sequence
     ).to(device)
     rewards = model.score_gard(tokens.input_ids, tokens.attention_mask, reward_input(images))
     return MeanState(float(rewards.double().sum()), len(images))
+
+
+@dataclass(frozen=True)
+class ImageRewardOptions(Options):
+    image_reward_weights: Path | None = None
+    """Folder with ImageReward.pt and med_config.json; None: ~/.cache/ImageReward."""
+
+
+@METRICS.register(NAME)
+class ImageReward(SampleMetric):
+    Options = ImageRewardOptions
+    rows = (Row(NAME, "max", "ImageReward score", (f"{NAME}.detector",)),)
+
+    def measures(self, setup: Setup, traits: Traits) -> dict[str, Any]:
+        """The checkpoint it scores with; MetricUnavailable without prompts, files or package."""
+        if not traits.prompted:
+            raise MetricUnavailable(
+                f"ImageReward unavailable: backbone {setup.backbone!r} has no prompts "
+                "(ImageReward scores prompt-conditioned backbones)"
+            )
+        checkpoint, _ = image_reward_files(self.options.image_reward_weights)
+        check_package()
+        return {f"{NAME}.detector": f"imagereward:{file_sha256(checkpoint)[:12]}"}
+
+    def load(self, host: Host) -> torch.nn.Module:
+        return load_image_reward(self.options.image_reward_weights, host.device)
+
+    def state(self, batch: Batch, network: torch.nn.Module) -> MeanState:
+        return image_reward_state(network, batch.samples, batch.prompts)
+
+    def finish(self, state: MeanState, prepared: Any, done: Done) -> Finished:
+        return Finished({NAME: state.mean}, lines=(f"{NAME} {state.mean:.4f}",))

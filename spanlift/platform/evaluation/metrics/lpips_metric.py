@@ -1,4 +1,9 @@
-"""LPIPS (Zhang et al. 2018, AlexNet, v0.1) between solver samples and the teacher's, per seed.
+"""lpips: LPIPS (Zhang et al. 2018, AlexNet, v0.1) between solver samples and the teacher's,
+per seed,
+
+    lpips = (1/N) Σ_n d(x_n, x_n^teacher),   the teacher sampling the same seed n;
+
+with observations (nowcasting), the mean over frames of d(forecast frame, observed frame).
 
 The `lpips` package ships its calibration layers; its AlexNet backbone is torchvision's ImageNet
 weights (`alexnet-owt-7be5be79.pth`), which torchvision would download. Offline, they come from
@@ -10,8 +15,9 @@ AlexNet's stride-4 stem leaves almost nothing of small images (16×16 digits), s
 """
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -20,11 +26,24 @@ from torch import Tensor
 from spanlift.errors import CheckpointError, MetricUnavailable
 from spanlift.files import file_sha256
 from spanlift.platform.detectors.images import check_samples
-from spanlift.platform.evaluation.states import MeanState
+from spanlift.platform.evaluation.metrics.base import (
+    METRICS,
+    Batch,
+    Done,
+    Finished,
+    Host,
+    Options,
+    Row,
+    SampleMetric,
+    Setup,
+    Traits,
+)
+from spanlift.platform.evaluation.metrics.states import MeanState
 
 if TYPE_CHECKING:  # lpips imports torchvision (1.3 s): loaded only where LPIPS is computed
     import lpips
 
+NAME = "lpips"
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"
 ALEXNET_CONVS = 5
 MIN_SIZE = 64
@@ -101,3 +120,57 @@ def lpips_state(model: "lpips.LPIPS", samples: Tensor, teacher: Tensor) -> MeanS
     """Summed LPIPS of each sample against the teacher's sample from the same seed."""
     distances = model(lpips_input(samples), lpips_input(teacher)).flatten()
     return MeanState(float(distances.double().sum()), len(distances))
+
+
+@torch.no_grad()
+def frame_lpips(model: "lpips.LPIPS", forecast: Tensor, observed: Tensor) -> MeanState:
+    """Summed LPIPS of each forecast frame against the observed one, frames as grey images."""
+    per_frame = (*forecast.shape[:2], 1, *forecast.shape[2:])
+    return lpips_state(
+        model, forecast.reshape(per_frame).flatten(0, 1), observed.reshape(per_frame).flatten(0, 1)
+    )
+
+
+@dataclass(frozen=True)
+class LpipsOptions(Options):
+    lpips_weights: Path | None = None
+    """AlexNet weights for LPIPS; None: torch's hub cache
+    (~/.cache/torch/hub/checkpoints/alexnet-owt-7be5be79.pth)."""
+
+
+@METRICS.register(NAME)
+class Lpips(SampleMetric):
+    Options = LpipsOptions
+    rows = (
+        Row(
+            NAME,
+            "min",
+            "LPIPS against the teacher's sample of the same seed",
+            (f"{NAME}.detector", f"{NAME}.reference", "eval.samples"),
+        ),
+    )
+
+    def measures(self, setup: Setup, traits: Traits) -> dict[str, Any]:
+        """The AlexNet weights and what the samples are compared with; MetricUnavailable
+        without the weights."""
+        teacher = setup.teacher
+        reference = f"teacher {teacher.label()} nfe={teacher.nfe}, same seeds"
+        if traits.observed:
+            reference = f"observed frames of {traits.identity}, per frame"
+        return {
+            f"{NAME}.detector": lpips_identity(alexnet_weights(self.options.lpips_weights)),
+            f"{NAME}.reference": reference,
+        }
+
+    def load(self, host: Host) -> "lpips.LPIPS":
+        return load_lpips(alexnet_weights(self.options.lpips_weights)).to(host.device)
+
+    def state(self, batch: Batch, network: "lpips.LPIPS") -> MeanState:
+        if batch.observed is not None:
+            return frame_lpips(network, batch.samples, batch.observed)
+        return lpips_state(network, batch.samples, batch.teacher)
+
+    def finish(self, state: MeanState, prepared: Any, done: Done) -> Finished:
+        against = done.measures.get(f"{NAME}.reference", "")
+        line = f"{NAME} {state.mean:.4f}" + (f"  (against {against})" if against else "")
+        return Finished({NAME: state.mean}, lines=(line,))

@@ -4,8 +4,8 @@ and record the result as the configuration's MLflow run (one run per evaluated c
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import pandas as pd
 import torch
 
 from spanlift.backbones import load_backbone
@@ -13,16 +13,16 @@ from spanlift.errors import SettingsError
 from spanlift.files import file_sha256
 from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.detectors.registry import DETECTORS
-from spanlift.platform.evaluation.diagnostics import write_diagnostics
-from spanlift.platform.evaluation.evaluator import SAMPLE_METRICS, EvaluatorSetup
-from spanlift.platform.evaluation.fid import file_moments
+from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.metrics import METRICS, Finished, SampleMetric, chosen
+from spanlift.platform.evaluation.metrics.reference import KINDS, ReferenceSet
 from spanlift.platform.evaluation.pool import evaluators_on_ray
-from spanlift.platform.evaluation.reference import KINDS, ReferenceSet
 from spanlift.platform.evaluation.sample_metrics import (
     SampleReport,
     check_available,
     evaluate_samples,
 )
+from spanlift.platform.evaluation.solver_metrics import check_solver, solver_metrics
 from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.results.tracking import (
     command_tags,
@@ -34,9 +34,7 @@ from spanlift.platform.tracking.runs import ConfigurationRuns, run_name
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec, read_checkpoint
 from spanlift.solvers.loading import load_solver
-from spanlift.solvers.spanlift import SpanLift
 
-METRICS = (*SAMPLE_METRICS, "latency", "diagnostics")  # latency: sampling timed, nothing scored
 SAMPLES_GPU, SAMPLES_CPU = 50_000, 10_000
 """Default samples scored: 50K on a GPU, the FID protocol of the papers (EDM's tables); 10K on a
 CPU, where 50K takes too long (an FID from fewer samples is biased upwards)."""
@@ -74,7 +72,8 @@ def check_request(request: EvalRequest) -> None:
     unknown = [m for m in request.metrics if m not in METRICS]
     if unknown or not request.metrics:
         raise SettingsError(
-            f"--metrics: unknown {', '.join(unknown) or 'empty list'}; expected some of {METRICS}"
+            f"--metrics: unknown {', '.join(unknown) or 'empty list'}; expected some of "
+            f"{', '.join(METRICS.names())}"
         )
     if request.samples < 2:
         raise SettingsError(f"--samples: expected at least 2, got {request.samples}")
@@ -85,13 +84,11 @@ def check_request(request: EvalRequest) -> None:
         raise SettingsError(
             f"reference: expected one of {', '.join(KINDS)}, got {request.reference.kind!r}"
         )
-    backbone = load_backbone(request.setup.backbone, **request.setup.backbone_options)
-    check_available(request.metrics, request.setup, backbone)  # LPIPS without AlexNet, say
-    if request.reference.kind == "file" and "fid" in request.metrics:
-        file_moments(request.reference.path, request.setup, backbone)
+    setup = request.setup
+    backbone = load_backbone(setup.backbone, **setup.backbone_options)
+    check_available(request.metrics, setup, request.reference, backbone)  # LPIPS without AlexNet
     solver = load_solver(request.spec, request.checkpoint, backbone)  # bad name, NFE, checkpoint
-    if "diagnostics" in request.metrics and not isinstance(solver, SpanLift):
-        raise SettingsError(f"--metrics diagnostics: needs a SpanLift solver, got {solver.name}")
+    check_solver(request.metrics, setup.options, solver)  # diagnostics of a solver without parts
 
 
 def solver_spec(request: EvalRequest) -> SolverSpec:
@@ -104,23 +101,39 @@ def solver_spec(request: EvalRequest) -> SolverSpec:
 @dataclass
 class EvalReport:
     samples: SampleReport | None = None
-    diagnostics: pd.DataFrame | None = None
-    files: list[Path] = field(default_factory=list)
+    solver: list[Finished] = field(default_factory=list)  # the solver metrics' (diagnostics)
     seconds: float = 0.0
     run_id: str = ""
+
+    def metrics(self) -> dict[str, float]:
+        own = {k: v for f in self.solver for k, v in f.metrics.items()}
+        return {**own, **(self.samples.metrics() if self.samples else {})}
+
+    def params(self) -> dict[str, Any]:
+        own = {k: v for f in self.solver for k, v in f.params.items()}
+        return {**own, **(self.samples.params() if self.samples else {})}
+
+    @property
+    def files(self) -> list[Path]:
+        sampled = list(self.samples.files) if self.samples else []
+        return [path for f in self.solver for path in f.files] + sampled
+
+    def lines(self) -> list[str]:
+        """What the console says of the metrics, the solver's first."""
+        sampled = list(self.samples.lines) if self.samples else []
+        return [line for f in self.solver for line in f.lines] + sampled
 
 
 def run_eval(
     request: EvalRequest, workdir: Path, address: str | None = None, num_cpus: int | None = None
 ) -> EvalReport:
-    """The requested metrics of one solver: sample metrics on evaluator actors, diagnostics
-    in-process; then the MLflow run when `request.tracking` is set."""
+    """The requested metrics of one solver: sample metrics on evaluator actors, the solver's own
+    (diagnostics) in-process; then the MLflow run when `request.tracking` is set."""
     check_request(request)
     runs = open_tracking(request.tracking)
     start, report = time.perf_counter(), EvalReport()
-    if "diagnostics" in request.metrics:
-        report.diagnostics, report.files = solver_diagnostics(request, workdir / "eval")
-    if any(m in request.metrics for m in (*SAMPLE_METRICS, "latency")):
+    report.solver = solver_report(request, workdir / "eval")
+    if chosen(request.metrics, request.setup.options, SampleMetric):
         report.samples = samples_on_actors(request, workdir, address, num_cpus)
     report.seconds = time.perf_counter() - start
     if runs is not None:
@@ -128,25 +141,26 @@ def run_eval(
     return report
 
 
-def solver_diagnostics(request: EvalRequest, folder: Path) -> tuple[pd.DataFrame, list[Path]]:
+def solver_report(request: EvalRequest, folder: Path) -> list[Finished]:
+    """The solver metrics asked for, their files in `folder` named after the evaluated solver."""
     setup = request.setup
     backbone = load_backbone(setup.backbone, **setup.backbone_options)
     solver = load_solver(request.spec, request.checkpoint, backbone)
-    return write_diagnostics(solver, backbone, folder, f"{request.spec.label()}-nfe{solver.nfe}")
+    name = f"{request.spec.label()}-nfe{solver.nfe}"
+    return solver_metrics(request.metrics, setup.options, solver, backbone, folder, name)
 
 
 def samples_on_actors(
     request: EvalRequest, workdir: Path, address: str | None, num_cpus: int | None
 ) -> SampleReport:
     start_ray(address, workdir, num_cpus)
-    metrics = tuple(m for m in request.metrics if m in SAMPLE_METRICS)
     with evaluators_on_ray(request.setup, request.evaluators) as pool:
         return evaluate_samples(
             pool,
             request.spec,
             request.checkpoint,
             request.samples,
-            metrics,
+            request.metrics,
             request.reference,
             request.first_seed,
         )
@@ -175,14 +189,13 @@ def record_run(runs: ConfigurationRuns, request: EvalRequest, report: EvalReport
         },
         checkpoint=checkpoint,
     )
-    samples = report.samples
     return record_result(
         runs,
         result,
         run_name(spec),
         {**configuration_params(result), "checkpoint.sha256": checkpoint},
         command_tags("eval"),
-        {**(samples.metrics() if samples else {}), "eval_seconds": report.seconds},
+        {**report.metrics(), "eval_seconds": report.seconds},
         [*report.files, *([request.checkpoint] if request.checkpoint else [])],
-        samples.params() if samples else {},
+        report.params(),
     )

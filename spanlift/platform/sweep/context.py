@@ -1,0 +1,55 @@
+"""What every trial of a sweep shares, and how one replicate sees it."""
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from spanlift.backbones import Backbone
+from spanlift.backbones.loaded import loaded_backbone
+from spanlift.platform.storage import Storage, open_storage
+from spanlift.platform.sweep.config import SolverEntry, SweepConfig
+from spanlift.platform.sweep.teacher import SweepTeachers
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every trial of a sweep shares: its config, storage (`root`: its folder on this node),
+    teacher sets, tracking store, the sweep's parent MLflow run and whether results of other code
+    versions may be reused."""
+
+    config: SweepConfig
+    root: Path
+    teachers: SweepTeachers
+    tracking_uri: str
+    parent_run_id: str = ""
+    reuse_across_versions: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
+    evaluators: tuple = ()  # the sweep's evaluator actors
+    storage: Storage | None = None  # None: the folder `root`
+
+    @property
+    def store(self) -> Storage:
+        """The sweep's storage: a bucket mirrored at `root`, or the folder `root` itself."""
+        return self.storage or open_storage(str(self.root))
+
+    @property
+    def fitted(self) -> Path:
+        return self.root / "fitted"
+
+    @property
+    def device(self) -> torch.device:
+        """Where this trial's process computes: its GPU when it holds one, else the CPU."""
+        holds_gpu = self.config.resources.use_gpu and self.config.resources.fits_in_trial
+        return torch.device("cuda" if holds_gpu and torch.cuda.is_available() else "cpu")
+
+    def backbone(self) -> Backbone:
+        """The sweep's backbone as loaded in this process, on its device."""
+        return loaded_backbone(self.config.backbone, self.config.backbone_options).to(self.device)
+
+
+def for_replicate(context: SweepContext, entry: SolverEntry, seed: int) -> SweepContext:
+    """The context as one replicate sees it: the sweep's fit with the entry's own on top, and the
+    replicate's fit seed."""
+    fit = replace(context.config.fit_of(entry), seed=seed)
+    return replace(context, config=replace(context.config, fit=fit))

@@ -1,0 +1,147 @@
+"""A sweep's evaluation section at work: what its evaluators load, what a fitted replicate is
+evaluated with, and how the section enters a run key.
+
+    test seeds        every sample metric asked for (`evaluation/metrics/`), on the evaluators,
+                      from seed 2·10⁹ (`evaluation.samples` of them)
+    validation seeds  the searched one again (`val_<metric>`), when the sweep searches on a sample
+                      metric: the validation range continued (`validation_sample_seeds`)
+    the solver        its own metrics (diagnostics), in the trial's process
+"""
+
+from pathlib import Path
+from typing import Any
+
+from spanlift.backbones import Backbone
+from spanlift.platform.evaluation.evaluator import EvaluatorSetup
+from spanlift.platform.evaluation.metrics import METRICS, Finished, SampleMetric, chosen
+from spanlift.platform.evaluation.metrics.reference import ReferenceSet
+from spanlift.platform.evaluation.pool import EvaluatorPool
+from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
+from spanlift.platform.evaluation.solver_metrics import solver_metrics
+from spanlift.platform.results.fit_cache import Fitted
+from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.teacher import sweep_seeds
+from spanlift.platform.tracking.metrics import adds
+from spanlift.seeds import describe
+
+
+def evaluator_setup(config: SweepConfig, root: Path) -> EvaluatorSetup:
+    """What the sweep's evaluator actors load: the backbone, the detector, each metric's options,
+    the teacher metrics compare with, their threads (`SweepConfig.evaluator_actors`)."""
+    evaluation = config.evaluation
+    return EvaluatorSetup(
+        config.backbone,
+        evaluation.detector or "",
+        root / "eval-cache",
+        config.backbone_options,
+        threads=config.evaluator_actors()[3],
+        batch_size=evaluation.batch_size,
+        teacher=config.teacher.solver,
+        options=evaluation.options,
+    )
+
+
+def reference_set(config: SweepConfig) -> ReferenceSet:
+    """What the sweep's FIDs are measured against."""
+    evaluation = config.evaluation
+    return ReferenceSet.from_setting(
+        evaluation.reference, evaluation.reference_samples, config.teacher.solver
+    )
+
+
+def evaluation_settings(config: SweepConfig) -> dict[str, Any]:
+    """The evaluation section in the run key, every metric's options in it; a statistics file
+    enters by name and content digest, so a changed file makes a new result."""
+    if not config.evaluation.metrics:
+        return {}
+    settings, reference = config.evaluation.settings(), reference_set(config)
+    del settings["batch_size"]  # how many at once changes memory, not the result
+    if reference.kind == "file":
+        settings["reference"] = reference.describe()
+    return settings
+
+
+def searched_family(config: SweepConfig) -> str | None:
+    """The evaluation entry (fid, lpips, skill, …) whose metric the sweep searches on, measured
+    on validation seeds too; None when it searches on the endpoint RMSE."""
+    sampled = chosen(config.evaluation.metrics, {}, SampleMetric)
+    return next((m.name for m in sampled if config.metric in adds(m.name)), None)
+
+
+def validation_sample_seeds(config: SweepConfig) -> range:
+    """The validation seeds of a searched sample metric: the validation range continued."""
+    first = sweep_seeds(config)["validation"].start
+    count = config.evaluation.validation_samples or config.evaluation.samples
+    return range(first, first + count)
+
+
+def evaluation_params(config: SweepConfig) -> dict[str, Any]:
+    """What a replicate's run records of its evaluation before it runs: the sample count of each
+    metric whose values are measured against it (`fid.samples`), and the validation seeds of a
+    searched sample metric."""
+    asked = [METRICS.get(name) for name in config.evaluation.metrics]
+    counts = {a for m in asked for row in m.rows for a in row.against if a == f"{m.name}.samples"}
+    family = searched_family(config)
+    seeds = {f"{family}.validation_seeds": describe(validation_sample_seeds(config))}
+    return {
+        **{name: config.evaluation.samples for name in sorted(counts)},
+        **(seeds if family else {}),
+    }
+
+
+def evaluate_fitted(
+    fitted: Fitted, config: SweepConfig, backbone: Backbone, pool: EvaluatorPool, folder: Path
+) -> Finished:
+    """The evaluation of a fitted replicate: its sample metrics on the test seeds, the searched
+    one on validation seeds, its own metrics; their files written to `folder`."""
+    metrics, options = config.evaluation.metrics, config.evaluation.options
+    tested = test_metrics(fitted, config, pool, folder)
+    own = solver_metrics(metrics, options, fitted.solver, backbone, folder, fitted.spec.name)
+    parts = [*own, *([finished(tested)] if tested else [])]
+    return Finished(
+        {**validation_metric(fitted, config, pool), **merged(parts, "metrics")},
+        merged(parts, "params"),
+        tuple(path for part in parts for path in part.files),
+    )
+
+
+def test_metrics(
+    fitted: Fitted, config: SweepConfig, pool: EvaluatorPool, folder: Path
+) -> SampleReport | None:
+    """The section's sample metrics on the evaluators, on their test seeds; None when it asks
+    for none."""
+    evaluation = config.evaluation
+    if not chosen(evaluation.metrics, evaluation.options, SampleMetric):
+        return None
+    return evaluate_samples(
+        pool,
+        fitted.spec,
+        fitted.path,
+        evaluation.samples,
+        evaluation.metrics,
+        reference_set(config),
+        folder=folder,
+    )
+
+
+def validation_metric(fitted: Fitted, config: SweepConfig, pool: EvaluatorPool) -> dict[str, float]:
+    """`val_<metric>` of a searched sample metric, measured on validation seeds; {} when the
+    sweep searches on the endpoint RMSE (scored on validation seeds with the test seeds)."""
+    family = searched_family(config)
+    if family is None:
+        return {}
+    seeds, reference = validation_sample_seeds(config), reference_set(config)
+    report = evaluate_samples(
+        pool, fitted.spec, fitted.path, len(seeds), (family,), reference, seeds.start
+    )
+    value = report.metrics().get(config.metric)
+    return {} if value is None else {config.search_metric: value}
+
+
+def finished(report: SampleReport) -> Finished:
+    return Finished(report.metrics(), report.params(), report.files)
+
+
+def merged(parts: list[Finished], what: str) -> dict[str, Any]:
+    """The `metrics` or `params` of every part, together."""
+    return {k: v for part in parts for k, v in getattr(part, what).items()}
