@@ -118,11 +118,33 @@ def field_docs(settings: type) -> dict[str, str]:
     return docs
 
 
-def option_type(annotation: Any) -> type:
-    """The type an option's value is read as: `int | None` → int, `Path | None` → Path."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        (annotation,) = (a for a in typing.get_args(annotation) if a is not type(None))
-    return annotation
+def option_type(annotation: Any) -> Callable[[str], Any]:
+    """How an option's text is read: as the field's type (`int | None` → int, `Path | None` →
+    Path; a choice of types, `int | str`, as YAML reads it), then checked by the rules its
+    annotation writes (`PositiveInt`, `platform.sweep.schema`), so `--evaluators 0` is refused
+    as the sweep file's `evaluators: 0` is."""
+    from spanlift.platform.sweep.schema import unwrapped
+
+    base, rules = unwrapped(annotation)
+    kinds = [unwrapped(k)[0] for k in typing.get_args(base)] if _is_union(base) else [base]
+    kinds = [k for k in kinds if k is not type(None)]
+    read = kinds[0] if len(kinds) == 1 else yaml.safe_load
+
+    def parsed(text: str) -> Any:
+        value = read(text)
+        if len(kinds) > 1 and not isinstance(value, tuple(kinds)):
+            raise argparse.ArgumentTypeError(f"expected {rules[0].expected}, got {text!r}")
+        for rule in rules:
+            if not rule.holds(value):
+                raise argparse.ArgumentTypeError(f"expected {rule.expected}, got {text!r}")
+        return value
+
+    parsed.__name__ = getattr(read, "__name__", "value")  # argparse's "invalid int value"
+    return parsed if rules or len(kinds) > 1 else read
+
+
+def _is_union(annotation: Any) -> bool:
+    return isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
 
 
 def among(registry: Registry) -> str:
@@ -144,7 +166,7 @@ def add_field_options(
     its registry in the help (the registry itself checks the value, with its own message); a
     name in `paths` is a path checked by its role before the command runs (`cli.paths`)."""
     by_name = {f.name: f for f in fields(settings)}
-    hints = typing.get_type_hints(settings)
+    hints = typing.get_type_hints(settings, include_extras=True)
     docs, defaults, choices, paths = (
         field_docs(settings),
         defaults or {},

@@ -5,130 +5,46 @@ A bad file is rejected with the key path, the value and what was expected, e.g.
 See `sweeps/digits_nfe.yaml` for a commented example of every section.
 """
 
-import itertools
 import json
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any
 
 import yaml
 
 from spanlift.backbones import BACKBONES
-from spanlift.errors import OptionError, SettingsError, SpanliftError
+from spanlift.errors import OptionError, SpanliftError
 from spanlift.platform.evaluation.metrics import METRICS, EvaluationMetric, option_values
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
-from spanlift.platform.storage import check_storage, is_uri
+from spanlift.platform.storage import check_storage
+from spanlift.platform.sweep import relative_paths
+from spanlift.platform.sweep.relative_paths import DEFAULT_STORAGE
+from spanlift.platform.sweep.resources import Resources
+from spanlift.platform.sweep.schema import (
+    CountOrAuto,
+    PositiveInt,
+    Rule,
+    Section,
+    SweepConfigError,
+    read_fields,
+)
 from spanlift.platform.sweep.searchers import (
     SEARCHERS,
     SearchAlgorithm,
     default_search,
     stored_searcher,
 )
+from spanlift.platform.sweep.solver_entry import (
+    FIT_KEYS,
+    SolverEntry,
+    read_seeds,
+    read_solver_entry,
+)
 from spanlift.platform.tracking.metrics import check_search_metric
-from spanlift.solvers import SOLVERS, SolverSpec, build_solver
-from spanlift.solvers.schedules import EDM_SIGMA_MAX, EDM_SIGMA_MIN, SCHEDULES
-from spanlift.solvers.spec import check_settings, steps_for_nfe
-
-
-class SweepConfigError(SettingsError):
-    """A sweep file that does not follow the schema."""
-
-
-DEFAULT_STORAGE = "runs/sweeps"
-"""Results folder when the file names none: relative to the working directory, like MLflow's
-default store. A relative path written in the file is relative to the file's folder."""
-
-
-@dataclass(frozen=True)
-class SolverEntry:
-    """One solver to compare: fixed settings, NFE budgets and the settings to search over."""
-
-    name: str
-    nfe: tuple[int, ...]
-    settings: dict[str, Any] = field(default_factory=dict)
-    search: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    fit: dict[str, Any] = field(default_factory=dict)
-    """Fit settings of this entry that differ from the sweep's `fit` (loss, target, …, and
-    `seeds`, its replicates)."""
-    label: str = ""
-    """The name its runs carry on the leaderboard (default: the solver's name), so one solver
-    fitted two ways is ranked as two rows, e.g. `spanlift (pooled, teacher)`."""
-    schedule: str = "edm"
-    """The σ grid (see `spanlift.solvers.schedules`); `edm_to_zero` is EDM's own protocol."""
-
-    @property
-    def fit_settings(self) -> dict[str, Any]:
-        """The entry's own fit settings (its `fit:` without the replicates' `seeds`)."""
-        return {k: v for k, v in self.fit.items() if k != "seeds"}
-
-    def grid(self) -> list[SolverSpec]:
-        keys = list(self.search)
-        specs = []
-        for nfe in self.nfe:
-            for values in itertools.product(*(self.search[k] for k in keys)):
-                specs.append(
-                    SolverSpec(
-                        self.name,
-                        nfe,
-                        self.schedule,
-                        {**self.settings, **dict(zip(keys, values, strict=True))},
-                    )
-                )
-        return specs
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What a trial holds. With one worker (`workers: 1`) a trial fits in its own process, which
-    holds `worker_cpu` (and `worker_gpu`); with more, the trial's process holds `trial_cpu` and
-    its fit runs on Ray Train workers of `worker_cpu` (and `worker_gpu`) each, in DDP."""
-
-    trial_cpu: float = 0.1
-    """CPUs of a trial's own process while Ray Train workers fit (`workers` > 1)."""
-    workers: int = 1
-    worker_cpu: float = 0.9
-    use_gpu: bool | str = "auto"
-    """True, False, or "auto": GPUs when the cluster has `worker_gpu` per worker and
-    `evaluator_gpu` per evaluator at sweep start."""
-    worker_gpu: float = 1.0
-    """GPUs each Train worker holds when the sweep uses GPUs: a fraction (0.25) lets several
-    small-solver fits share one GPU."""
-    max_failures: int = 2
-    evaluator_cpu: float | None = None
-    """CPUs each of the sweep's evaluator actors holds for the whole sweep; None: as a worker."""
-    evaluator_gpu: float = 1.0
-    """GPUs each evaluator actor holds when the sweep uses GPUs (a fraction shares one)."""
-
-    @property
-    def evaluator_cpus(self) -> float:
-        return self.evaluator_cpu or self.worker_cpu
-
-    @property
-    def fits_in_trial(self) -> bool:
-        """A single-worker fit runs in the trial's own process: no Ray Train controller and
-        worker group to start for it (they buy nothing for one worker)."""
-        return self.workers == 1
-
-    @property
-    def fit_threads(self) -> int:
-        """torch's threads for a fit in the trial's process: its whole CPUs, at least one."""
-        return max(1, int(self.worker_cpu + 1e-9))
-
-    def uses_gpus(self, gpus: float, evaluators: int) -> bool:
-        """`use_gpu` resolved on a cluster with `gpus` GPUs: "auto" packs the Train workers'
-        and the evaluators' shares when they all fit (workers × worker_gpu + evaluators ×
-        evaluator_gpu ≤ gpus)."""
-        if self.use_gpu != "auto":
-            return bool(self.use_gpu)
-        wanted = self.workers * self.worker_gpu + evaluators * self.evaluator_gpu
-        return gpus > 0 and gpus >= wanted - 1e-9
-
-    def per_worker(self) -> dict[str, float]:
-        """Ray resources of one Train worker (ScalingConfig.resources_per_worker)."""
-        return {"CPU": self.worker_cpu, **({"GPU": self.worker_gpu} if self.use_gpu else {})}
+from spanlift.solvers import SolverSpec
 
 
 @dataclass(frozen=True)
@@ -137,21 +53,21 @@ class EvaluationConfig:
     trial's fit (`platform/evaluation/metrics/`: what each is, and its options)."""
 
     metrics: tuple[str, ...] = ()
-    samples: int = 1000
+    samples: PositiveInt = 1000
     """Samples scored per configuration (test seeds)."""
-    validation_samples: int | None = None
+    validation_samples: PositiveInt | None = None
     """Samples on validation seeds for a sample metric the sweep searches on (FID, say); None:
     as many as `samples`."""
-    evaluators: int = 1
+    evaluators: PositiveInt = 1
     """Evaluator actors, each holding the backbone and the metrics' networks."""
     detector: str | None = None
     """Feature detector of the metrics that compare features (FID); None: the backbone's own."""
     reference: str = "dataset"
     """FID reference: dataset (the backbone's training images), teacher (teacher samples), or a
     statistics .npz such as NVlabs' cifar10-32x32.npz (the usual choice for EDM networks)."""
-    reference_samples: int = 10_000
+    reference_samples: PositiveInt = 10_000
     """Teacher samples in a teacher reference."""
-    batch_size: int | str = "auto"
+    batch_size: CountOrAuto = "auto"
     """Samples drawn, decoded and scored at once: a number, or auto (the most, up to 256, that
     a pass is predicted to hold in the device's free memory)."""
     options: dict[str, Any] = field(default_factory=option_values)
@@ -177,12 +93,12 @@ class EvaluationConfig:
 class TeacherConfig:
     solver: SolverSpec = DEFAULT_TEACHER
     """The solver whose endpoints the fits match."""
-    train_samples: int = 1024
+    train_samples: PositiveInt = 1024
     """Teacher endpoints to fit on (training seeds)."""
-    validation_samples: int = 256
+    validation_samples: PositiveInt = 256
     """Teacher endpoints every choice is made on (validation seeds: the fit's kept state, the
     searcher, the leaderboard's configuration per solver)."""
-    test_samples: int = 256
+    test_samples: PositiveInt = 256
     """Held-out teacher endpoints the reported values are measured on (test seeds)."""
 
 
@@ -274,170 +190,122 @@ class SweepConfig:
         return data
 
 
-class _Reader:
-    """Reads one mapping of the YAML with a key path for every error message."""
-
-    def __init__(self, data: Any, path: str, source: str) -> None:
-        self.source, self.path = source, path
-        if not isinstance(data, dict):
-            self.fail("", data, "a mapping of keys to values")
-        self.data = data
-
-    def fail(self, key: str, value: Any, expected: str) -> NoReturn:
-        self.error(key, f"expected {expected}, got {value!r}")
-
-    def error(self, key: str, message: str) -> NoReturn:
-        where = f"{self.path}.{key}" if self.path and key else (key or self.path or "top level")
-        raise SweepConfigError(f"{self.source}: {where}: {message}")
-
-    def only(self, *allowed: str) -> None:
-        for key in self.data:
-            if key not in allowed:
-                self.error(key, f"unknown key; the keys here are: {', '.join(allowed)}")
-
-    def get(
-        self, key: str, kind: type | tuple[type, ...], default: Any = ..., expected: str = ""
-    ) -> Any:
-        if key not in self.data:
-            if default is ...:
-                self.fail(key, None, f"a value for the required key '{key}'")
-            return default
-        value = self.data[key]
-        if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
-            self.fail(key, value, expected or f"a {getattr(kind, '__name__', kind)}")
-        return value
-
-    def child(self, key: str, default: Any = ...) -> "_Reader":
-        return _Reader(
-            self.get(key, dict, default, "a mapping"), f"{self.path}.{key}".strip("."), self.source
-        )
-
-    def positive_int(self, key: str, default: Any = ...) -> int:
-        value = self.get(key, int, default, "a positive integer")
-        if value < 1:
-            self.fail(key, value, "a positive integer")
-        return value
-
-    def positive_number(self, key: str, default: Any = ...) -> float:
-        value = self.get(key, (int, float), default, "a positive number")
-        if value <= 0:
-            self.fail(key, value, "a positive number")
-        return float(value)
+SECTIONS = ("experiment", "backbone", "teacher", "solvers", "search", "fit", "resources")
+SECTIONS += ("evaluation", "tracking", "storage")
+"""The top-level keys of a sweep file."""
 
 
-def _checked(reader: _Reader, key: str, check: Any) -> None:
-    """Run a library check and re-raise its message under the YAML key path."""
-    try:
-        check()
-    except SpanliftError as exc:
-        reader.error(key, str(exc))
-
-
-def _solver_entry(data: Any, path: str, source: str, folder: Path) -> SolverEntry:
-    r = _Reader(data, path, source)
-    r.only("name", "nfe", "schedule", "settings", "search", "fit", "label")
-    name = r.get("name", str, expected="a solver name")
-    schedule = r.get("schedule", str, SolverEntry.schedule)
-    _checked(r, "schedule", lambda: SCHEDULES.get(schedule))
-    _checked(r, "name", lambda: SOLVERS.get(name))
-    nfe = r.get("nfe", (int, list), expected="an NFE or a list of NFEs")
-    nfe = tuple(nfe if isinstance(nfe, list) else [nfe])
-    settings = r.get("settings", dict, {}, "a mapping of solver settings")
-    search_reader = r.child("search", {})
-    search = {}
-    for key, values in search_reader.data.items():
-        if not isinstance(values, list) or not values:
-            search_reader.fail(key, values, "a non-empty list of values")
-        search[key] = tuple(values)
-    fit = _fit_paths(r.get("fit", dict, {}, "a mapping of fit settings"), folder)
-    for key in fit:
-        if key not in FIT_KEYS:
-            r.error(f"fit.{key}", f"unknown key; the keys here are: {', '.join(FIT_KEYS)}")
-    if "seeds" in fit:
-        fit = {**fit, "seeds": _seeds(r.child("fit"), fit["seeds"])}
-    entry = SolverEntry(name, nfe, settings, search, fit, r.get("label", str, ""), schedule)
-    for spec in entry.grid():
-        _checked(r, "settings", lambda spec=spec: check_settings(spec.name, spec.settings))
-        _checked(
-            r, "nfe", lambda spec=spec: steps_for_nfe(spec.name, spec.nfe, spec.settings, schedule)
-        )
-        _checked(r, "settings", lambda spec=spec: build_solver(spec, *PROBE_SIGMAS, channels=1))
-    return entry
-
-
-FIT_KEYS = (*FitSettings.names(), "seeds")
-"""What a `fit:` section takes: the fit settings, and `seeds`, the replicates' fit seeds."""
-
-
-def _seeds(reader: _Reader, value: Any) -> tuple[int, ...]:
-    """`fit.seeds`: a non-empty list of distinct non-negative integers."""
-    ok = (
-        isinstance(value, list)
-        and value
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) -> SweepConfig:
+    """The sweep in `data`; relative paths in it are taken relative to `folder` (the file's)."""
+    folder = folder or Path.cwd()
+    top = Section(data, "", source)
+    top.only(*SECTIONS)
+    backbone, backbone_options = _backbone(top, folder)
+    solvers_data = top.get("solvers", list, expected="a list of solvers to compare")
+    if not solvers_data:
+        top.fail("solvers", solvers_data, "at least one solver")
+    solvers = tuple(
+        read_solver_entry(Section(s, f"solvers[{i}]", source), folder)
+        for i, s in enumerate(solvers_data)
     )
-    if not ok or len(set(value)) != len(value):
-        reader.fail("seeds", value, "a non-empty list of distinct non-negative integer fit seeds")
-    return tuple(value)
+    fit, seeds = _fit(top.child("fit", {}), solvers, folder)
+    resources = Resources(**read_fields(top.child("resources", {}), Resources))
+    _check_batches(top, fit, solvers, resources.workers)
+    evaluation = _evaluation(top.child("evaluation", {}), folder)
+    search = top.child("search", {})
+    metric = search.get("metric", str, SweepConfig.metric)
+    search.checked("metric", lambda: check_search_metric(metric, evaluation.metrics))
+    tracking = top.child("tracking", {})
+    tracking.only("uri")
+    storage = top.get("storage", str, None)
+    if storage:
+        top.checked("storage", lambda: check_storage(storage))
+    return SweepConfig(
+        experiment=top.get("experiment", str, expected="an experiment name"),
+        backbone=backbone,
+        backbone_options=backbone_options,
+        teacher=_teacher(top.child("teacher", {})),
+        solvers=solvers,
+        search=_searcher(search),
+        metric=metric,
+        mode=search.value("mode", Annotated[str, MIN_OR_MAX], SweepConfig.mode),
+        fit=fit,
+        resources=resources,
+        evaluation=evaluation,
+        tracking_uri=relative_paths.tracking_uri(tracking.get("uri", str, None), folder),
+        storage=relative_paths.stored_at(storage, folder),
+        source=source,
+        seeds=seeds,
+    )
 
 
-PROBE_SIGMAS = (EDM_SIGMA_MIN, EDM_SIGMA_MAX)
-"""EDM's σ range, over which every configuration is built once to check its settings before Ray
-starts (the backbone's own range may differ; what the settings allow does not)."""
+MIN_OR_MAX = Rule("'min' or 'max'", lambda v: v in ("min", "max"))
 
 
-@dataclass(frozen=True)
-class Probe:
-    """A stand-in backbone with EDM's σ range and one channel: what building a solver to look at
-    it (its settings, whether it learns) needs of a backbone."""
-
-    sigma_min: float = EDM_SIGMA_MIN
-    sigma_max: float = EDM_SIGMA_MAX
-    shape: tuple[int, ...] = (1,)
-
-
-def _use_gpu(reader: _Reader) -> bool | str:
-    value = reader.get("use_gpu", (bool, str), Resources.use_gpu, "true, false or auto")
-    if value not in (True, False, "auto"):
-        reader.fail("use_gpu", value, "true, false or auto")
-    return value
+def _backbone(top: Section, folder: Path) -> tuple[str, dict[str, Any]]:
+    """`backbone:` a name, or a mapping of `name` and `options` (paths relative to the file)."""
+    data = top.data.get("backbone")
+    b = Section({"name": data} if isinstance(data, str) else data, "backbone", top.source)
+    b.only("name", "options")
+    name = b.get("name", str, expected="a backbone name")
+    b.checked("name", lambda: BACKBONES.get(name))
+    return name, relative_paths.absolute_paths(b.get("options", dict, {}), folder)
 
 
-def _evaluation(e: _Reader, folder: Path) -> EvaluationConfig:
+def _fit(f: Section, solvers: tuple[SolverEntry, ...], folder: Path) -> tuple[FitSettings, Any]:
+    """(the sweep's fit settings, its replicates' seeds), every entry's own settings checked on
+    top of them. `FitSettings` checks its values itself."""
+    f.only(*FIT_KEYS)
+    seeds = read_seeds(f) if "seeds" in f.data else ()
+    given = relative_paths.fit_paths({k: v for k, v in f.data.items() if k != "seeds"}, folder)
+    try:
+        fit = FitSettings(**given)
+    except SpanliftError as exc:
+        raise SweepConfigError(f"{f.source}: fit: {exc}") from None
+    if fit.loss not in LOSSES:
+        f.fail("loss", fit.loss, f"one of {', '.join(LOSSES.names())}")
+    for i, entry in enumerate(solvers):
+        try:
+            fit.updated(entry.fit_settings)
+        except SpanliftError as exc:
+            raise SweepConfigError(f"{f.source}: solvers[{i}].fit: {exc}") from None
+    return fit, seeds
+
+
+def _check_batches(top: Section, fit: FitSettings, solvers: Any, workers: int) -> None:
+    """Each fit's batch is one update's over all Ray Train workers: it must split evenly."""
+    for i, entry in enumerate(solvers):
+        batch = fit.updated(entry.fit_settings).batch_size
+        if batch % workers:
+            where = f"solvers[{i}].fit" if "batch_size" in entry.fit else "fit"
+            top.error(
+                f"{where}.batch_size",
+                f"{batch} is the batch of one update over all {workers} workers "
+                f"(resources.workers): it must be a multiple of {workers}",
+            )
+
+
+def _evaluation(e: Section, folder: Path) -> EvaluationConfig:
+    """`evaluation:`: its own fields, and the options every metric declares."""
     from spanlift.platform.detectors.registry import DETECTORS
     from spanlift.platform.evaluation.metrics.reference import read_statistics
 
-    own = [f.name for f in fields(EvaluationConfig) if f.name != "options"]
-    e.only(*own, *(key for _, metric in METRICS for key in metric.option_names()))
-    defaults = EvaluationConfig()
-    metrics = tuple(e.get("metrics", list, list(defaults.metrics)))
-    for metric in metrics:
+    metric_keys = [key for _, metric in METRICS for key in metric.option_names()]
+    given = read_fields(e, EvaluationConfig, skip=("options", *metric_keys))
+    for metric in given.get("metrics", ()):
         if metric not in METRICS:
             e.fail("metrics", metric, f"metrics among {', '.join(METRICS.names())}")
-    detector = e.get("detector", str, defaults.detector)
-    if detector is not None and detector not in DETECTORS:
-        e.fail("detector", detector, f"one of {', '.join(DETECTORS.names())}")
-    reference = e.get("reference", str, defaults.reference)
-    if reference not in ("dataset", "teacher"):  # a statistics file, relative to the sweep file
-        reference = str((folder / Path(reference).expanduser()).resolve())
-        _checked(e, "reference", lambda: read_statistics(Path(reference)))
-    return EvaluationConfig(
-        metrics,
-        e.positive_int("samples", defaults.samples),
-        e.positive_int("validation_samples", None) if "validation_samples" in e.data else None,
-        e.positive_int("evaluators", defaults.evaluators),
-        detector,
-        reference,
-        e.positive_int("reference_samples", defaults.reference_samples),
-        batch_size=_batch_size(e, "batch_size", defaults.batch_size),
-        options={
-            k: v for _, m in METRICS for k, v in asdict(_metric_options(e, m, folder)).items()
-        },
-    )
+    if given.get("detector") not in (None, *DETECTORS.names()):
+        e.fail("detector", given["detector"], f"one of {', '.join(DETECTORS.names())}")
+    if given.get("reference", "dataset") not in ("dataset", "teacher"):  # a statistics file
+        given["reference"] = relative_paths.within(folder, given["reference"])
+        e.checked("reference", lambda: read_statistics(Path(given["reference"])))
+    options = [asdict(_metric_options(e, metric, folder)) for _, metric in METRICS]
+    return EvaluationConfig(**given, options={k: v for o in options for k, v in o.items()})
 
 
-def _metric_options(e: _Reader, metric: type[EvaluationMetric], folder: Path) -> Any:
-    """`metric`'s options from the section's keys it declares, each of its field's type (a path
+def _metric_options(e: Section, metric: type[EvaluationMetric], folder: Path) -> Any:
+    """`metric`'s options from the section's keys it declares, typed as its fields are (a path
     as text, relative to the file's folder), checked by the options themselves."""
     hints = typing.get_type_hints(metric.Options)
     given = {}
@@ -450,155 +318,7 @@ def _metric_options(e: _Reader, metric: type[EvaluationMetric], folder: Path) ->
         e.error(exc.key, exc.detail)
 
 
-def _batch_size(reader: _Reader, key: str, default: int | str) -> int | str:
-    """A positive number of samples, or "auto"."""
-    value = reader.data.get(key, default)
-    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        reader.fail(key, value, "a positive integer or auto")
-    return value
-
-
-PATH_OPTIONS = ("weights", "path", "dir", "root", "data", "code", "prompts")
-"""Backbone and loss options whose names end so hold paths: relative ones are relative to the
-file."""
-
-
-def _absolute_paths(options: dict[str, Any], folder: Path) -> dict[str, Any]:
-    return {
-        key: str((folder / Path(value).expanduser()).resolve())
-        if isinstance(value, str) and key.endswith(PATH_OPTIONS)
-        else value
-        for key, value in options.items()
-    }
-
-
-def _fit_paths(fit: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """Fit settings with their path-valued loss options (see PATH_OPTIONS) made absolute."""
-    options = fit.get("loss_options")
-    if not isinstance(options, dict):
-        return fit  # absent, or refused with its key path by FitSettings
-    return {**fit, "loss_options": _absolute_paths(options, folder)}
-
-
-def _tracking_uri(uri: str | None, folder: Path) -> str | None:
-    """A relative sqlite store written in the file is relative to the file's folder."""
-    if uri and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str((folder / uri.removeprefix("sqlite:///")).resolve())
-    return uri
-
-
-def parse_sweep(data: Any, source: str = "<sweep>", folder: Path | None = None) -> SweepConfig:
-    """The sweep in `data`; relative paths in it are taken relative to `folder` (the file's)."""
-    folder = folder or Path.cwd()
-    r = _Reader(data, "", source)
-    r.only(
-        "experiment",
-        "backbone",
-        "teacher",
-        "solvers",
-        "search",
-        "fit",
-        "resources",
-        "evaluation",
-        "tracking",
-        "storage",
-    )
-    backbone = r.data.get("backbone")
-    if isinstance(backbone, str):
-        backbone = {"name": backbone}
-    b = _Reader(backbone, "backbone", source)
-    b.only("name", "options")
-    backbone_name = b.get("name", str, expected="a backbone name")
-    _checked(b, "name", lambda: BACKBONES.get(backbone_name))
-
-    t = r.child("teacher", {})
-    t.only(
-        "solver",
-        "nfe",
-        "schedule",
-        "settings",
-        "train_samples",
-        "validation_samples",
-        "test_samples",
-    )
-    teacher = _teacher(t)
-    solvers_data = r.get("solvers", list, expected="a list of solvers to compare")
-    if not solvers_data:
-        r.fail("solvers", solvers_data, "at least one solver")
-    solvers = tuple(
-        _solver_entry(s, f"solvers[{i}]", source, folder) for i, s in enumerate(solvers_data)
-    )
-
-    s = r.child("search", {})
-    search = _searcher(s)
-    mode = s.get("mode", str, SweepConfig.mode)
-    if mode not in ("min", "max"):
-        s.fail("mode", mode, "'min' or 'max'")
-
-    f = r.child("fit", {})
-    f.only(*FIT_KEYS)
-    seeds = _seeds(f, f.data["seeds"]) if "seeds" in f.data else ()
-    try:
-        fit = FitSettings(**_fit_paths({k: v for k, v in f.data.items() if k != "seeds"}, folder))
-    except SpanliftError as exc:
-        raise SweepConfigError(f"{source}: fit: {exc}") from None
-    if fit.loss not in LOSSES:
-        f.fail("loss", fit.loss, f"one of {', '.join(LOSSES.names())}")
-    for i, entry in enumerate(solvers):
-        try:
-            fit.updated(entry.fit_settings)
-        except SpanliftError as exc:
-            raise SweepConfigError(f"{source}: solvers[{i}].fit: {exc}") from None
-
-    res = r.child("resources", {})
-    res.only(
-        "trial_cpu",
-        "workers",
-        "worker_cpu",
-        "use_gpu",
-        "max_failures",
-        "evaluator_cpu",
-        "evaluator_gpu",
-        "worker_gpu",
-    )
-    resources = _resources(res)
-    for i, entry in enumerate(solvers):
-        batch = fit.updated(entry.fit_settings).batch_size
-        if batch % resources.workers:
-            where = f"solvers[{i}].fit" if "batch_size" in entry.fit else "fit"
-            raise SweepConfigError(
-                f"{source}: {where}.batch_size: {batch} is the batch of one update over all "
-                f"{resources.workers} workers (resources.workers): it must be a multiple of "
-                f"{resources.workers}"
-            )
-    tracking = r.child("tracking", {})
-    tracking.only("uri")
-    evaluation = _evaluation(r.child("evaluation", {}), folder)
-    metric = s.get("metric", str, SweepConfig.metric)
-    _checked(s, "metric", lambda: check_search_metric(metric, evaluation.metrics))
-    storage = r.get("storage", str, None)
-    if storage:
-        _checked(r, "storage", lambda: check_storage(storage))
-    return SweepConfig(
-        experiment=r.get("experiment", str, expected="an experiment name"),
-        backbone=backbone_name,
-        backbone_options=_absolute_paths(b.get("options", dict, {}), folder),
-        teacher=teacher,
-        solvers=solvers,
-        search=search,
-        metric=metric,
-        mode=mode,
-        fit=fit,
-        resources=resources,
-        evaluation=evaluation,
-        tracking_uri=_tracking_uri(tracking.get("uri", str, None), folder),
-        storage=stored_at(storage, folder),
-        source=source,
-        seeds=seeds,
-    )
-
-
-def _searcher(s: _Reader) -> SearchAlgorithm:
+def _searcher(s: Section) -> SearchAlgorithm:
     """The searcher `search.algorithm` names (a registered one), made from its options: the keys
     of `search:` its dataclass declares."""
     name = s.get("algorithm", str, default_search().name)
@@ -612,52 +332,19 @@ def _searcher(s: _Reader) -> SearchAlgorithm:
         s.fail(exc.key, exc.value, exc.expected)
 
 
-def stored_at(storage: str | None, folder: Path) -> str:
-    """The file's `storage`: a bucket URI as written, a folder relative to the file's folder."""
-    if not storage:
-        return DEFAULT_STORAGE
-    return storage if is_uri(storage) else str((folder / storage).resolve())
-
-
-def _teacher(t: _Reader) -> TeacherConfig:
-    """The `teacher:` section; what it leaves out is DEFAULT_TEACHER's, or TeacherConfig's."""
-    defaults = TeacherConfig()
-    solver = t.get("solver", str, defaults.solver.name)
-    return TeacherConfig(
-        SolverSpec(
-            solver,
-            t.positive_int("nfe", defaults.solver.nfe),
-            t.get("schedule", str, defaults.solver.schedule),
-            t.get("settings", dict, dict(defaults.solver.settings)),
-        ),
-        t.positive_int("train_samples", defaults.train_samples),
-        t.positive_int("validation_samples", defaults.validation_samples),
-        t.positive_int("test_samples", defaults.test_samples),
+def _teacher(t: Section) -> TeacherConfig:
+    """`teacher:`: the solver (`solver`, `nfe`, `schedule`, `settings`; DEFAULT_TEACHER's where
+    left out) and the fields of TeacherConfig."""
+    solver = ("solver", "nfe", "schedule", "settings")
+    given = read_fields(t, TeacherConfig, skip=solver)
+    default = DEFAULT_TEACHER
+    spec = SolverSpec(
+        t.value("solver", str, default.name),
+        t.value("nfe", PositiveInt, default.nfe),
+        t.value("schedule", str, default.schedule),
+        t.value("settings", dict, dict(default.settings)),
     )
-
-
-def _resources(res: _Reader) -> Resources:
-    """The `resources:` section; what it leaves out is Resources' default."""
-    defaults = Resources()
-    return Resources(
-        trial_cpu=res.positive_number("trial_cpu", defaults.trial_cpu),
-        workers=res.positive_int("workers", defaults.workers),
-        worker_cpu=res.positive_number("worker_cpu", defaults.worker_cpu),
-        use_gpu=_use_gpu(res),
-        worker_gpu=_gpu_share(res, "worker_gpu", defaults.worker_gpu),
-        max_failures=res.get("max_failures", int, defaults.max_failures),
-        evaluator_cpu=res.positive_number("evaluator_cpu") if "evaluator_cpu" in res.data else None,
-        evaluator_gpu=_gpu_share(res, "evaluator_gpu", defaults.evaluator_gpu),
-    )
-
-
-def _gpu_share(res: _Reader, key: str, default: float) -> float:
-    """GPUs a worker or evaluator holds: a fraction of one (0 < x ≤ 1) or a whole number, the
-    amounts Ray can place."""
-    value = res.positive_number(key, default)
-    if value > 1 and not value.is_integer():
-        res.fail(key, value, "a fraction of one GPU (0 < x ≤ 1) or a whole number of GPUs")
-    return value
+    return TeacherConfig(spec, **given)
 
 
 def load_sweep(path: str | Path) -> SweepConfig:

@@ -8,7 +8,8 @@ import torch
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import loaded_backbone
 from spanlift.platform.storage import Storage, open_storage
-from spanlift.platform.sweep.config import SolverEntry, SweepConfig
+from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.solver_entry import SolverEntry
 from spanlift.platform.sweep.teacher import SweepTeachers
 
 

@@ -13,7 +13,8 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spanlift.platform.sweep.config import PROBE_SIGMAS, Probe, SolverEntry, SweepConfig
+from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.solver_entry import PROBE_SIGMAS, Probe, SolverEntry
 from spanlift.solvers import SolverSpec, build_solver
 from spanlift.solvers.loading import is_learnable, needs_fitted_base
 

@@ -36,11 +36,12 @@ from spanlift.backbones.loaded import backbone_loads
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.evaluation.pool import EvaluatorPool
-from spanlift.platform.sweep.config import PROBE_SIGMAS, SolverEntry, SweepConfig
+from spanlift.platform.sweep.config import SweepConfig
 from spanlift.platform.sweep.context import SweepContext, for_replicate
 from spanlift.platform.sweep.evaluation import evaluate_fitted, evaluator_setup
 from spanlift.platform.sweep.replicate import configuration, replicate_files, run_params
 from spanlift.platform.sweep.replicate_fit import fitted_replicate, score_fitted
+from spanlift.platform.sweep.solver_entry import PROBE_SIGMAS, SolverEntry
 from spanlift.platform.sweep.space import decode
 from spanlift.platform.tracking.runs import CODE_TAG, PARENT_TAG, ConfigurationRuns, run_name
 from spanlift.solvers import SolverSpec, build_solver
