@@ -49,7 +49,7 @@ def test_a_new_field_is_a_key_of_its_section_without_touching_the_reader() -> No
         ({"count": 1.5}, "example.count: expected a positive integer, got 1.5"),
         ({"share": -1}, "example.share: expected a positive number, got -1"),
         ({"batch": "all"}, "example.batch: expected a positive integer or auto, got 'all'"),
-        ({"names": "a"}, "example.names: expected a list of a str values, got 'a'"),
+        ({"names": "a"}, "example.names: expected a list of str values, got 'a'"),
         ({"label": 3}, "example.label: expected a str, got 3"),
         ({"colour": 3}, "example.colour: unknown key; the keys here are: count, share, batch"),
     ],

@@ -116,7 +116,7 @@ class Section:
         expected = rules[0].expected if rules else _said(kinds)
         if typing.get_origin(base) is tuple:
             if not isinstance(value, list):
-                self.fail(key, value, f"a list of {_said(typing.get_args(base)[:1])} values")
+                self.fail(key, value, f"a list of {_names(typing.get_args(base)[:1])} values")
             return tuple(value)
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
@@ -166,5 +166,10 @@ def _is_instance(value: Any, kinds: tuple[Any, ...]) -> bool:
 
 def _said(kinds: tuple[Any, ...]) -> str:
     """'a str', 'a str or None' for an error message."""
+    return "a " + _names(kinds)
+
+
+def _names(kinds: tuple[Any, ...]) -> str:
+    """'str', 'str or None'."""
     names = [getattr(k, "__name__", str(k)) for k in kinds]
-    return "a " + " or ".join(n if n != "NoneType" else "None" for n in names)
+    return " or ".join(n if n != "NoneType" else "None" for n in names)
