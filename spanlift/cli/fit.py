@@ -24,7 +24,7 @@ from spanlift.cli.options import (
 from spanlift.cli.paths import FOLDER, path_option
 from spanlift.errors import SettingsError
 
-FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed", "weight_decay", "loss")
+FIT_OPTIONS = ("iterations", "batch_size", "lr", "seed", "weight_decay", "loss", "patience")
 MEMORY_OPTIONS = ("checkpoint", "precision", "micro_batch")
 """The fit's memory settings (platform/fitting/memory.py), options of `spanlift fit` too."""
 """The fit settings `spanlift fit` and `spanlift demo` take as options (the others keep their

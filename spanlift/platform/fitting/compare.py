@@ -93,7 +93,8 @@ def fit_configuration(
 
 
 def fit_record(result: FitResult, settings: FitSettings) -> dict:
-    """What a fitted checkpoint keeps of its fit: settings, curves, the kept iteration."""
+    """What a fitted checkpoint keeps of its fit: settings, curves, the kept iteration, how long
+    it ran and what ended it."""
     return {
         "fit": settings.to_dict(),
         "losses": result.losses,
@@ -101,6 +102,8 @@ def fit_record(result: FitResult, settings: FitSettings) -> dict:
         "best_iteration": result.best_iteration,
         "fit_seconds": result.seconds,
         "memory": result.memory,
+        "iterations_run": result.iterations_run,
+        "stopped_by": result.stopped_by,
     }
 
 

@@ -22,8 +22,11 @@ comparison,
 
 and among the states that do, the fit keeps the one of lowest validation loss; when none does, it
 keeps its starting state (so a solver that starts as its base, like SpanLift, never ends
-significantly worse than its base on seeds it never saw). AdamW (`weight_decay`, 0: Adam) with
-linear warm-up and cosine decay, gradient-norm clipping, deterministic under a seed.
+significantly worse than its base on seeds it never saw). With `patience` p > 0 the fit stops
+early: after p validations in a row none of which beats the last state that did (at first the
+starting state) by more than that same paired standard error; `iterations` stays the cap.
+AdamW (`weight_decay`, 0: Adam) with linear warm-up and cosine decay, gradient-norm clipping,
+deterministic under a seed.
 `fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
 torch.distributed is initialised (each rank draws its own batches), hands `report` its metrics
 every `log_every` iterations and its full state every `checkpoint_every` iterations, and continues
@@ -253,6 +256,10 @@ def fit_steps(
         train, validation = split_validation(teacher, settings.validation)
     else:
         train = teacher
+    if settings.patience and validation is None:
+        raise SettingsError(
+            f"fit setting patience ({settings.patience}) needs validation seeds; this fit has none"
+        )
     raw_loss = endpoint_loss(settings, backbone)
     plan = memory_plan(solver, backbone, train, settings, raw_loss)
     with plan.blocks_of(backbone.blocks):
@@ -294,8 +301,10 @@ def update_loop(
     first = len(result.losses)
     if not steps.params:  # a search alone (GITS): one pass scores and reports the searched state
         first = max(first, settings.iterations - 1)
+    end = first if result.stopped_by else settings.iterations  # resumed from its last state
+    result.iterations_run = first
     bar = tqdm(
-        range(first, settings.iterations),
+        range(first, end),
         initial=first,
         total=settings.iterations,
         desc=f"fit {solver.spec.label()}",
@@ -304,7 +313,7 @@ def update_loop(
     for iteration in bar:
         value = steps.measured_step(solver, model, loss, train, iteration, settings, result)
         result.losses.append(value)
-        done = iteration + 1
+        done = result.iterations_run = iteration + 1
         last = done == settings.iterations
         metrics = {"iteration": done, "loss": value, "lr": steps.schedule.get_last_lr()[0]}
         if validation is not None and (done % settings.validate_every == 0 or last):
@@ -313,6 +322,11 @@ def update_loop(
             if metrics["val_loss"] < best["loss"] and earns_its_place(best["start"], groups):
                 best = {**best, "iteration": done, "loss": metrics["val_loss"]}
                 best["state"] = state_copy(solver)
+            best = patience_counted(best, groups)
+            if settings.patience and best["stale"] >= settings.patience and not last:
+                last, result.stopped_by = True, "rule"
+        if last:
+            result.stopped_by = result.stopped_by or "cap"
         if last and best["state"] is not None:
             solver.load_state_dict(best["state"])  # the kept state is what the last report saves
         bar.set_postfix(loss=f"{value:.3g}")
@@ -321,8 +335,21 @@ def update_loop(
             seconds = time.perf_counter() - start
             state = steps.state(solver, done, result, best, seconds) if checkpoint else None
             report({**metrics, "best_iteration": best["iteration"]}, state)
+        if last:
+            break
     result.seconds = time.perf_counter() - start
     result.best_iteration = best["iteration"]
+    result.stopped_by = result.stopped_by or "cap"
+
+
+def patience_counted(best: Best, groups: Tensor) -> Best:
+    """`best` with the stopping rule's count after a validation of these group losses: reset
+    when they beat the last state that gained (at first the starting state) by more than the
+    noise (`earns_its_place`), else one more validation without a gain."""
+    gained = best.get("gained", best["start"])
+    if earns_its_place(gained, groups):
+        return {**best, "gained": groups, "stale": 0}
+    return {**best, "gained": gained, "stale": best.get("stale", 0) + 1}
 
 
 def trainable(solver: Solver) -> list[torch.nn.Parameter]:

@@ -191,6 +191,7 @@ class Optimization:
             "best": best,
             "slack": None if self.slack is None else self.slack.detach().cpu(),
             "memory": dict(result.memory),
+            "stopped_by": result.stopped_by,
             **({"scaler": self.scaler.state_dict()} if self.scaler.is_enabled() else {}),
         }
 
@@ -205,6 +206,7 @@ class Optimization:
         result.losses = list(saved["losses"])
         result.seconds = saved["seconds"]
         result.validation = dict(saved["validation"])
+        result.stopped_by = saved.get("stopped_by", "")
         if self.slack is not None:
             self.slack.data.copy_(saved["slack"])
         return dict(saved["best"])

@@ -72,6 +72,11 @@ class FitSettings:
     micro_batch: int = 0
     """Samples per backward pass, gradients accumulated over the batch (the same update to float
     rounding); 0: the whole batch in one pass (with checkpoint auto: as the probe chooses)."""
+    patience: int = 0
+    """Validations without a gain beyond the noise after which the fit stops (before
+    `iterations`, which stays the cap): a validation gains when it beats the last state that
+    gained (at first the starting state) by more than one paired standard error, as a kept state
+    must beat the starting one; 0: no stopping rule. Needs validation seeds."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "batch_size", "log_every", "checkpoint_every", "validate_every"):
@@ -92,6 +97,14 @@ class FitSettings:
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise SettingsError(
                 f"fit setting warmup must be a non-negative integer, got {self.warmup!r}"
+            )
+        if (
+            not isinstance(self.patience, int)
+            or isinstance(self.patience, bool)
+            or self.patience < 0
+        ):
+            raise SettingsError(
+                f"fit setting patience must be a non-negative integer, got {self.patience!r}"
             )
         if not isinstance(self.deterministic, bool):
             raise SettingsError(
@@ -139,7 +152,13 @@ class FitSettings:
         return replace(self, **changes)
 
 
-UNSTATED = {"deterministic": False, "checkpoint": "none", "precision": "float32", "micro_batch": 0}
+UNSTATED = {
+    "deterministic": False,
+    "checkpoint": "none",
+    "precision": "float32",
+    "micro_batch": 0,
+    "patience": 0,
+}
 """Settings left out of `to_dict` at these values, so fits made before they existed keep their
 keys."""
 
@@ -152,6 +171,11 @@ class FitResult:
     """Validation loss by iteration (0: before the first update)."""
     best_iteration: int = 0
     """The iteration whose state the fit kept (the last one when nothing is held out)."""
+    iterations_run: int = 0
+    """The iterations the fit ran: `iterations`, or fewer when the stopping rule ended it."""
+    stopped_by: str = ""
+    """What ended the fit: "rule" (`patience` validations without a gain) or "cap"
+    (`iterations`); empty while it runs."""
     memory: dict[str, Any] = field(default_factory=dict)
     """The memory plan it ran with and, where measured, the peak of its first update
     (`MemoryPlan.params`, `fit.memory.measured_peak_mib`)."""
@@ -165,4 +189,5 @@ batch, or with `groups` (index tensors into the batch) the loss of each group, f
 Best = dict[str, Any]
 """The kept state so far: its iteration, its validation loss and the solver's weights (None
 while the starting state is kept without a copy), and the starting state's group losses
-(`start`) every later state is compared with."""
+(`start`) every later state is compared with; for the stopping rule, the group losses of the
+last state that gained (`gained`) and the validations since (`stale`)."""

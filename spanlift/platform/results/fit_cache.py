@@ -38,6 +38,8 @@ class Fitted:
     best_iteration: int | None = None  # the iteration whose state was kept
     gpu: dict[str, float] = field(default_factory=dict)  # GPU memory peak and use of the fit
     memory: dict[str, Any] = field(default_factory=dict)  # the fit's memory plan, as recorded
+    iterations_run: int | None = None  # iterations the fit ran (None: not recorded)
+    stopped_by: str | None = None  # "rule" (stopping rule) or "cap" (iterations)
 
     @classmethod
     def from_checkpoint(
@@ -62,6 +64,8 @@ class Fitted:
             metadata.get("best_iteration"),
             dict(gpu or {}),
             dict(metadata.get("memory", {})),
+            metadata.get("iterations_run"),
+            metadata.get("stopped_by"),
         )
 
     @property
@@ -71,16 +75,20 @@ class Fitted:
 
     def metrics(self) -> dict[str, float]:
         kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
+        ran = {} if self.iterations_run is None else {"fit.iterations_run": self.iterations_run}
         return {
             "fit_seconds": self.seconds,
             "fit_resumed_from": float(self.resumed_from),
             **kept,
+            **ran,
             **self.gpu,
         }
 
     def params(self) -> dict[str, Any]:
-        """What the run records of how the fit used memory (`MemoryPlan.params`)."""
-        return dict(self.memory)
+        """What the run records of how the fit used memory (`MemoryPlan.params`) and what ended
+        it (`fit.stopped_by`: "rule" or "cap")."""
+        ended = {"fit.stopped_by": self.stopped_by} if self.stopped_by else {}
+        return {**self.memory, **ended}
 
     def histories(self) -> dict[str, Any] | None:
         """The train loss per iteration and the validation loss where it was measured."""

@@ -102,6 +102,8 @@ class Reporter:
                 "validation": state["validation"],
                 "best_iteration": state["best"]["iteration"],
                 "memory": state["memory"],
+                "iterations_run": state["iteration"],
+                "stopped_by": state["stopped_by"],
             }
             save_solver(Path(folder) / SOLVER_FILE, self.solver, metadata=history)
             ray.train.report(
