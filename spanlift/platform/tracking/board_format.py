@@ -3,9 +3,10 @@
 Every format shows a row's mean over its replicates with the 95 % interval (± half-width, or
 nothing for a single run), n, and its comparison with the row below (≈: within noise; `<`/`>`:
 better, with the interval of the ratio of the two where it is a paired bootstrap). Markdown and
-LaTeX set the best value of each NFE in bold and end with the protocol footer: what the rows
-share (teacher, schedule, seeds of each role, detector, dtype, device, code), or, where rows
-differ, each value.
+LaTeX set the best value of each NFE in bold and give the protocol (Markdown under the table,
+LaTeX in the caption of a table float that fits a one-column article): what the rows share
+(teacher, schedule, seeds of each role, detector, dtype, device, code), or, where rows differ,
+each value.
 """
 
 import math
