@@ -32,7 +32,8 @@ def add_leaderboard_options(board: argparse.ArgumentParser) -> None:
         "--columns",
         default="",
         help="other metrics to show, comma-separated, e.g. error_median,error_p90; run_id: the "
-        "run id of each row (its first replicate's), for spanlift rerun",
+        "run id of each row (its first replicate's), for spanlift rerun; configuration: its "
+        "configuration key (LaTeX shows display names only, unless asked)",
     )
     path_option(board, "--csv", OUTPUT, help="also write the table as CSV")
     path_option(board, "--plot", OUTPUT, help="also plot metric vs NFE per solver (PNG)")
@@ -67,7 +68,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
                 f"{args.experiment}: each solver's configuration chosen on validation seeds, "
                 f"ranked by {args.metric} on test seeds ({better} is better)"
             )
-        print(board_format.FORMATS[args.format](entries, args.metric, columns))
+        if args.format == "latex":
+            table = board_format.latex(entries, args.metric, columns, f"tab:{args.experiment}")
+        else:
+            table = board_format.FORMATS[args.format](entries, args.metric, columns)
+        print(table)
     if args.csv:
         print(f"csv: {board_format.write_csv(entries, args.csv)}")
     if args.plot:

@@ -3,12 +3,15 @@
 Every format shows a row's mean over its replicates with the 95 % interval (± half-width, or
 nothing for a single run), n, and its comparison with the row below (≈: within noise; `<`/`>`:
 better, with the interval of the ratio of the two where it is a paired bootstrap). Markdown and
-LaTeX set the best value of each NFE in bold and end with the protocol footer: what the rows
-share (teacher, schedule, seeds of each role, detector, dtype, device, code), or, where rows
-differ, each value.
+LaTeX set the best value of each NFE in bold and give the protocol (Markdown under the table,
+LaTeX in the caption of a table float that fits a one-column article): what the rows share
+(teacher, schedule, seeds of each role, detector, dtype, device, code), or, where rows differ,
+each value.
 """
 
 import math
+import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict
 from itertools import groupby
@@ -17,6 +20,7 @@ from typing import TextIO
 
 import pandas as pd
 
+from spanlift.platform.tracking.display import display_name
 from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
 
 CHOSEN_ON_TEST = (
@@ -181,39 +185,141 @@ def markdown(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -
     return "\n".join(out + [f"- {line}" for line in footer])
 
 
-LATEX_ESCAPES = {"_": r"\_", "&": r"\&", "%": r"\%", "#": r"\#"}
+LATEX_CHARACTERS = {
+    "\\": r"\textbackslash{}",
+    "_": r"\_",
+    "&": r"\&",
+    "%": r"\%",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": "$<$",  # in text, LaTeX's default font encoding prints < and > as ¡ and ¿
+    ">": "$>$",
+    "|": "$|$",
+    "±": r"$\pm$",
+    "≈": r"$\approx$",
+    "†": r"$^\dagger$",
+    "σ": r"$\sigma$",
+    "×": r"$\times$",
+    "−": "$-$",
+    "≤": r"$\le$",
+    "≥": r"$\ge$",
+    "→": r"$\to$",
+    "µ": r"$\mu$",
+    "μ": r"$\mu$",
+    "–": "--",
+    "—": "---",
+    "…": r"\dots{}",
+}
+"""Each character LaTeX would not print as itself, and how it is written instead."""
 
 
 def tex(text: str) -> str:
-    """`text` with LaTeX's special characters escaped and ≈ / ± / † / σ as math."""
-    for plain, escaped in LATEX_ESCAPES.items():
-        text = text.replace(plain, escaped)
-    for symbol, command in (("±", r"$\pm$"), ("≈", r"$\approx$"), ("†", r"$^\dagger$")):
-        text = text.replace(symbol, command)
-    return text.replace("σ", r"$\sigma$")
+    """`text` with every LaTeX special character escaped and ≈ / ± / † / σ / < / > as math; any
+    other non-ASCII character as its closest ASCII (`10⁹` as `109`), or `?`."""
+    return "".join(LATEX_CHARACTERS.get(c) or (c if c.isascii() else ascii_of(c)) for c in text)
 
 
-def latex(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -> str:
-    """A LaTeX `tabular` per group (booktabs rules), the best of each NFE in bold, then the notes
-    and the protocol as a comment-free footnote block."""
-    out = []
-    for (backbone, scale), part in groups(entries):
-        out.append(f"% {backbone}: {group_header(metric, scale)}")
-        out.append(r"\begin{tabular}{rll" + "r" * (3 + len(columns)) + "}")
+def ascii_of(character: str) -> str:
+    plain = unicodedata.normalize("NFKD", character).encode("ascii", "ignore").decode()
+    return tex(plain) if plain else "?"
+
+
+def tex_label(name: str) -> str:
+    """A `\\label` key from `name`: what LaTeX takes in a key, other characters as `-`."""
+    return re.sub(r"[^A-Za-z0-9:.+-]", "-", name)
+
+
+def latex_head(name: str) -> str:
+    """A `--columns` header, broken after each `_` (`error_` over `median`): a metric's name is
+    wider than its values."""
+    if "_" not in name:
+        return tex(name)
+    lines = [tex(part) for part in name.split("_")]
+    return r"\begin{tabular}[b]{@{}r@{}}" + "\\_\\\\".join(lines) + r"\end{tabular}"
+
+
+def latex_cell(e: Entry, name: str) -> str:
+    """A `--columns` cell in LaTeX: ids and configuration keys in typewriter type."""
+    cell = tex(column_cell(e, name))
+    return rf"\texttt{{{cell}}}" if name in ROW_COLUMNS else cell
+
+
+def latex_bold(text: str) -> str:
+    return rf"\textbf{{{text}}}" if text else text
+
+
+def latex_spread(e: Entry) -> str:
+    r"""`$\pm$ 0.0012`, the half-width of the 95 % interval; "" for a single run."""
+    return "" if e.half_width is None else rf"$\pm$ {e.half_width:.4f}"
+
+
+def latex_caption(
+    entries: list[Entry], metric: str, parts: list[tuple[tuple[str, str], list[Entry]]]
+) -> str:
+    """What the table shows and how it was measured: each group's reference, the notes for the
+    marks used and the protocol."""
+    against = [
+        f"{'(' + chr(ord('a') + i) + ') ' if len(parts) > 1 else ''}backbone {backbone}: {metric} "
+        f"against {scale or '(not recorded)'}"
+        for i, ((backbone, scale), _) in enumerate(parts)
+    ]
+    sentences = [
+        "; ".join(against),
+        f"each solver's configuration chosen on validation seeds, ranked by its {metric} on test "
+        "seeds: mean ± 95 % interval over its n replicates (the value alone for one run), the "
+        "best of each NFE in bold; vs next: the row against the one below it, with the 95 % "
+        "interval of their ratio",
+        *notes(entries),
+        "; ".join(protocol(entries)),
+    ]
+    text = " ".join(tex(s[:1].upper() + s[1:]) + "." for s in sentences if s)
+    return text.replace(" its n replicates", " its $n$ replicates")
+
+
+def latex(
+    entries: list[Entry],
+    metric: str,
+    columns: tuple[str, ...] = (),
+    label: str = "tab:leaderboard",
+) -> str:
+    """A `table` float a paper can print: one booktabs `tabular` per group (display names, the
+    best of each NFE in bold) that fits the text width of a one-column article, and the groups'
+    references, the notes and the protocol in its caption. The configuration keys are a
+    `--columns configuration` column, on request."""
+    parts = groups(entries)
+    out = [r"\begin{table}[tbp]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}"]
+    for i, ((backbone, _), part) in enumerate(parts):
+        width = 5 + len(columns)
+        out.append(r"\begin{tabular}{lr@{\,}lrl" + "r" * len(columns) + "}")
         out.append(r"\toprule")
-        head = ["NFE", "solver", "configuration", f"{metric} (mean $\\pm$ 95\\,\\% CI)", "$n$"]
-        out.append(" & ".join([*head, "vs next", *map(tex, columns)]) + r" \\")
-        out.append(r"\midrule")
-        values = bold_best(part, lambda e: tex(interval(e)), lambda text: rf"\textbf{{{text}}}")
-        for e, value in zip(part, values, strict=True):
-            extra = [tex(column_cell(e, name)) for name in columns]
-            cells = [str(e.nfe), tex(e.solver + marks(e)), rf"\texttt{{{tex(e.configuration)}}}"]
-            out.append(" & ".join([*cells, value, str(e.n), tex(comparison(e)), *extra]) + r" \\")
+        if len(parts) > 1:
+            group = f"({chr(ord('a') + i)}) {tex(backbone)}"
+            out.append(rf"\multicolumn{{{width}}}{{@{{}}l}}{{{group}}} \\")
+            out.append(r"\midrule")
+        head = ["solver", rf"\multicolumn{{2}}{{c}}{{{tex(metric)}}}", "$n$", "vs next"]
+        out.append(" & ".join([*head, *map(latex_head, columns)]) + r" \\")
+        values = bold_best(part, lambda e: f"{e.value:.4f}", latex_bold)
+        spreads = bold_best(part, latex_spread, latex_bold)
+        for nfe, rows in groupby(zip(part, values, spreads, strict=True), key=lambda r: r[0].nfe):
+            out.append(r"\midrule" if nfe == part[0].nfe else r"\addlinespace")
+            out.append(rf"\multicolumn{{{width}}}{{@{{}}l}}{{\textit{{NFE {nfe}}}}} \\")
+            for e, value, spread in rows:
+                name = tex(display_name(e.solver, e.configuration) + marks(e))
+                extra = [latex_cell(e, column) for column in columns]
+                cells = [name, value, spread, str(e.n), tex(comparison(e)), *extra]
+                out.append(" & ".join(cells) + r" \\")
         out.append(r"\bottomrule")
         out.append(r"\end{tabular}")
-        out.append("")
-    footer = [*notes(entries), *protocol(entries)]
-    return "\n".join(out + [tex(line) + r" \\" for line in footer])
+        if i < len(parts) - 1:
+            out.append(r"\par\medskip")
+    out.append(rf"\caption[{tex(metric)} by NFE]{{{latex_caption(entries, metric, parts)}}}")
+    out.append(rf"\label{{{tex_label(label)}}}")
+    out.append(r"\end{table}")
+    return "\n".join(out)
 
 
 def write_csv(entries: list[Entry], path: Path | TextIO) -> Path | TextIO:

@@ -2,9 +2,9 @@
 
 from dataclasses import dataclass, field
 
-ROW_COLUMNS = ("run_id",)
+ROW_COLUMNS = ("run_id", "configuration")
 """`--columns` a row shows from itself rather than from its runs' metrics: the run id
-`spanlift rerun` takes."""
+`spanlift rerun` takes, and the configuration's key (which LaTeX leaves out unless asked)."""
 
 
 @dataclass(frozen=True)
