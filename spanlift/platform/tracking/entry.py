@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from spanlift.platform.tracking.fit_cost import FitCost
+
 ROW_COLUMNS = ("run_id", "configuration")
 """`--columns` a row shows from itself rather than from its runs' metrics: the run id
 `spanlift rerun` takes, and the configuration's key (which LaTeX leaves out unless asked)."""
@@ -32,3 +34,4 @@ class Entry:
     values: tuple[float, ...] = ()  # the replicates' test values
     columns: dict[str, float] = field(default_factory=dict)  # `--columns`: replicates' means
     protocol: dict[str, str] = field(default_factory=dict)  # the chosen run's PROTOCOL_PARAMS
+    fit: FitCost | None = None  # the replicates' mean fit cost (None: nothing fitted)

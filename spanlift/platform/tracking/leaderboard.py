@@ -39,6 +39,7 @@ from spanlift.errors import SettingsError
 from spanlift.platform.statistics import replicate_interval
 from spanlift.platform.tracking.comparison import compare_neighbours
 from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
+from spanlift.platform.tracking.fit_cost import row_cost, run_cost
 from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS, default_mode
 from spanlift.platform.tracking.runs import REPLICATE_PARAM, experiment_id
 
@@ -109,7 +110,8 @@ def runs_table(
 ) -> pd.DataFrame:
     """One row per run of `runs` that logged `metric`: backbone, what the value is measured
     against (`scale`), nfe, solver, configuration, its replicate group, value, validation value
-    (NaN when not logged), run_id, the `columns` asked for and the protocol params."""
+    (NaN when not logged), run_id, the `columns` asked for, its fit cost (`fit_cost.run_cost`)
+    and the protocol params."""
     runs = [r for r in runs if metric in r.data.metrics]
     names = comparison_params(metric, (name for r in runs for name in r.data.params), by_fit)
     return pd.DataFrame([_row(run, metric, names, columns) for run in runs])
@@ -135,6 +137,7 @@ def _row(run: Run, metric: str, names: tuple[str, ...], columns: tuple[str, ...]
         "run_id": run.info.run_id,
         "fit_seed": params.get("fit.seed", ""),
         "columns": {name: metrics[name] for name in columns if name in metrics},
+        "fit_cost": run_cost(params, metrics),
         "protocol": {**protocol, **({"code.version": version} if version else {})},
     }
 
@@ -263,6 +266,7 @@ def entry(
         values=tuple(float(v) for v in runs["value"]),
         columns={name: float(columns[name].mean()) for name in columns},
         protocol=protocol_of(runs),
+        fit=row_cost(list(runs["fit_cost"])) if "fit_cost" in runs else None,
     )
 
 
