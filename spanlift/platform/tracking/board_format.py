@@ -2,7 +2,9 @@
 
 Every format shows a row's mean over its replicates with the 95 % interval (± half-width, or
 nothing for a single run), n, and its comparison with the row below (≈: within noise; `<`/`>`:
-better, with the interval of the ratio of the two where it is a paired bootstrap). Markdown and
+better, with the interval of the ratio of the two where it is a paired bootstrap) and its fit cost
+(`fit_cost`: iterations, seconds, device-hours where several devices fitted it, ↗ where its cap
+stopped it still improving, a dash where nothing was fitted). Markdown and
 LaTeX set the best value of each NFE in bold and give the protocol (Markdown under the table,
 LaTeX in the caption of a table float that fits a one-column article): what the rows share
 (teacher, schedule, seeds of each role, detector, dtype, device, code), or, where rows differ,
@@ -22,6 +24,7 @@ import pandas as pd
 
 from spanlift.platform.tracking.display import display_name
 from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
+from spanlift.platform.tracking.fit_cost import NOTE, STILL_IMPROVING_NOTE, cost_cell, cost_parts
 
 CHOSEN_ON_TEST = (
     "† chosen on test values among its configurations: their runs record no validation values "
@@ -100,9 +103,11 @@ def format_leaderboard(entries: list[Entry], metric: str, columns: tuple[str, ..
     width = max(len("configuration"), *(len(e.configuration) for e in entries))
     widths = {c: max(12, len(c), *(len(column_cell(e, c)) for e in entries)) for c in columns}
     extra = "".join(f" {name:>{widths[name]}}" for name in columns)
+    fit = max(len("fit"), *(len(cost_cell(e.fit)) for e in entries))
     header = (
         f"{'backbone':<9} {'NFE':>3} {'#':>2} {'solver':<14} {'configuration':<{width}} "
-        f"{'ends':<5} {metric:>10} {'± 95%':>8} {'n':>3} {'runs':>4} {'vs next':<18}{extra}"
+        f"{'ends':<5} {metric:>10} {'± 95%':>8} {'n':>3} {'runs':>4} {'vs next':<18} "
+        f"{'fit':<{fit}}{extra}"
     )
     lines = [header, "-" * len(header)]
     headed = any(e.scale for e in entries)
@@ -115,7 +120,7 @@ def format_leaderboard(entries: list[Entry], metric: str, columns: tuple[str, ..
             lines.append(
                 f"{e.backbone:<9} {e.nfe:>3} {e.rank:>2} {e.solver:<14} "
                 f"{e.configuration:<{width}} {e.ends:<5} {e.value:>10.4f} {spread:>8} {e.n:>3} "
-                f"{e.runs:>4} {comparison(e):<18}{values}{marks(e)}"
+                f"{e.runs:>4} {comparison(e):<18} {cost_cell(e.fit):<{fit}}{values}{marks(e)}"
             )
     return "\n".join(lines + notes(entries))
 
@@ -125,6 +130,10 @@ def notes(entries: list[Entry]) -> list[str]:
     shown = []
     if any(e.vs_next for e in entries):
         shown.append(TIES)
+    if any(e.fit for e in entries):
+        shown.append(NOTE)
+    if any(e.fit and e.fit.still_improving for e in entries):
+        shown.append(STILL_IMPROVING_NOTE)
     if any(e.chosen_on == "test" for e in entries):
         shown.append(CHOSEN_ON_TEST)
     if any(e.chosen_on == "only" for e in entries):
@@ -173,13 +182,14 @@ def markdown(entries: list[Entry], metric: str, columns: tuple[str, ...] = ()) -
     for (backbone, scale), part in groups(entries):
         out.append(f"**{backbone}**, {group_header(metric, scale)}\n")
         head = ["NFE", "solver", "configuration", f"{metric} (mean ± 95 % CI)", "n", "vs next"]
+        head.append("fit")
         out.append("| " + " | ".join([*head, *columns]) + " |")
         out.append("|" + "|".join(["---"] * (len(head) + len(columns))) + "|")
         values = bold_best(part, interval, lambda text: f"**{text}**")
         for e, value in zip(part, values, strict=True):
             extra = [column_cell(e, name) for name in columns]
             cells = [str(e.nfe), e.solver + marks(e), f"`{e.configuration}`", value, str(e.n)]
-            out.append("| " + " | ".join([*cells, comparison(e), *extra]) + " |")
+            out.append("| " + " | ".join([*cells, comparison(e), cost_cell(e.fit), *extra]) + " |")
         out.append("")
     footer = [*notes(entries), *(f"{line}" for line in protocol(entries))]
     return "\n".join(out + [f"- {line}" for line in footer])
@@ -213,6 +223,9 @@ LATEX_CHARACTERS = {
     "–": "--",
     "—": "---",
     "…": r"\dots{}",
+    "·": r"$\cdot$",
+    "↗": r"$\nearrow$",
+    "\u2009": r"\,",
 }
 """Each character LaTeX would not print as itself, and how it is written instead."""
 
@@ -246,6 +259,20 @@ def latex_cell(e: Entry, name: str) -> str:
     """A `--columns` cell in LaTeX: ids and configuration keys in typewriter type."""
     cell = tex(column_cell(e, name))
     return rf"\texttt{{{cell}}}" if name in ROW_COLUMNS else cell
+
+
+def latex_cost(e: Entry) -> str:
+    r"""The fit cell in LaTeX: its parts one above the other (iterations over time), narrower
+    than on one line, ↗ as a superscript of the first (`$^\nearrow$`); `--` where nothing was
+    fitted."""
+    parts = [tex(part) for part in cost_parts(e.fit)]
+    if not parts:
+        return "--"
+    if e.fit and e.fit.still_improving:
+        parts[0] += r"$^\nearrow$"
+    if len(parts) == 1:
+        return parts[0]
+    return r"\begin{tabular}[t]{@{}r@{}}" + r"\\".join(parts) + r"\end{tabular}"
 
 
 def latex_bold(text: str) -> str:
@@ -291,16 +318,16 @@ def latex(
     references, the notes and the protocol in its caption. The configuration keys are a
     `--columns configuration` column, on request."""
     parts = groups(entries)
-    out = [r"\begin{table}[tbp]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}"]
+    out = [r"\begin{table}[tbp]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{2.5pt}"]
     for i, ((backbone, _), part) in enumerate(parts):
-        width = 5 + len(columns)
-        out.append(r"\begin{tabular}{lr@{\,}lrl" + "r" * len(columns) + "}")
+        width = 6 + len(columns)
+        out.append(r"\begin{tabular}{lr@{\,}lrlr" + "r" * len(columns) + "}")
         out.append(r"\toprule")
         if len(parts) > 1:
             group = f"({chr(ord('a') + i)}) {tex(backbone)}"
             out.append(rf"\multicolumn{{{width}}}{{@{{}}l}}{{{group}}} \\")
             out.append(r"\midrule")
-        head = ["solver", rf"\multicolumn{{2}}{{c}}{{{tex(metric)}}}", "$n$", "vs next"]
+        head = ["solver", rf"\multicolumn{{2}}{{c}}{{{tex(metric)}}}", "$n$", "vs next", "fit"]
         out.append(" & ".join([*head, *map(latex_head, columns)]) + r" \\")
         values = bold_best(part, lambda e: f"{e.value:.4f}", latex_bold)
         spreads = bold_best(part, latex_spread, latex_bold)
@@ -310,7 +337,8 @@ def latex(
             for e, value, spread in rows:
                 name = tex(display_name(e.solver, e.configuration) + marks(e))
                 extra = [latex_cell(e, column) for column in columns]
-                cells = [name, value, spread, str(e.n), tex(comparison(e)), *extra]
+                cost = latex_cost(e)
+                cells = [name, value, spread, str(e.n), tex(comparison(e)), cost, *extra]
                 out.append(" & ".join(cells) + r" \\")
         out.append(r"\bottomrule")
         out.append(r"\end{tabular}")
@@ -329,13 +357,22 @@ def write_csv(entries: list[Entry], path: Path | TextIO) -> Path | TextIO:
         row = asdict(e)
         row.pop("protocol")
         row.pop("values")
+        row.pop("fit")
         columns = row.pop("columns")
         row["run_ids"] = " ".join(e.run_ids)
         row["ratio_low"], row["ratio_high"] = e.ratio or (None, None)
         row.pop("ratio")
+        row.update(fit_fields(e))
         rows.append({**row, **columns})
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
+
+
+def fit_fields(e: Entry) -> dict[str, object]:
+    """A row's fit cost as CSV fields (`fit_iterations`, `fit_seconds`, `fit_device_hours`,
+    `fit_devices`, `fit_device`, `fit_still_improving`), empty where nothing was fitted."""
+    names = ("iterations", "seconds", "device_hours", "devices", "device", "still_improving")
+    return {f"fit_{name}": getattr(e.fit, name) if e.fit else None for name in names}
 
 
 FORMATS = {"text": format_leaderboard, "markdown": markdown, "latex": latex}
