@@ -203,3 +203,23 @@ def test_the_commands_table_compiles_with_every_mark_and_group(
     folder.mkdir()
     log = compile_latex(table, folder)
     assert "Overfull \\hbox" not in log, overfull(log)
+
+
+def test_a_solvers_display_name_is_what_its_own_file_declares(monkeypatch) -> None:
+    """A new solver's title comes from its class (`Solver.title`, `Solver.order_mark`): nothing
+    in the leaderboard names it."""
+    from spanlift.platform.tracking import display
+    from spanlift.solvers import SOLVERS
+    from spanlift.solvers.euler import Euler
+
+    class Toy(Euler):
+        title, order_mark = "Toy-Solver", "S"
+
+    monkeypatch.setitem(SOLVERS._items, "toy_titled", Toy)
+    display.title_of.cache_clear()
+    try:
+        assert display.display_name("toy_titled", "toy_titled[order=2]") == "Toy-Solver (2S)"
+        assert display.display_name("pas", "pas[base=toy_titled]") == "PAS (on Toy-Solver)"
+        assert display.display_name("my label") == "my label"  # not registered: as recorded
+    finally:
+        display.title_of.cache_clear()

@@ -125,6 +125,7 @@ class AMED(IntermediatePointSolver):
     """AMED-Solver: x_{i+1} = x_i + h_i c_i d(x_i + (s_i − σ_i) d_i, s_i), s_i = σ_i^{1−r_i} σ_{i+1}^{r_i}."""
 
     citation = "Zhou et al., CVPR 2024 (AMED)"
+    title = "AMED"
     reference = "zju-pi/diff-sampler amed-solver-main"
 
     def __init__(
@@ -198,6 +199,7 @@ class AMEDPlugin(IntermediatePointSolver):
     """AMED-Plugin: a base multistep solver on σ_0, s_0, σ_1, …, σ_N, the landing on σ_{i+1} scaled by c_i."""
 
     citation = "Zhou et al., CVPR 2024 (AMED)"
+    title = "AMED-Plugin"
     reference = "zju-pi/diff-sampler amed-solver-main"
     steps_by_direction = False  # two substeps per step on the interleaved grid (`steps`)
 

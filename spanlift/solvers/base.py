@@ -81,6 +81,10 @@ class Solver(nn.Module):
     """The name it is registered under (`SOLVERS.register`), which sets it: never restated."""
     citation: ClassVar[str] = ""
     """The paper that defines the solver, e.g. "Lu et al., 2022 (DPM-Solver++)"."""
+    title: ClassVar[str] = ""
+    """How its authors write its name, for a paper's table ("DPM-Solver++"); "": the name."""
+    order_mark: ClassVar[str] = ""
+    """Written after its order in a title, as its authors do: "M" for DPM-Solver++ (3M)."""
     reference: ClassVar[str] = ""
     """Its authors' code that spanlift is checked against: repository and file or function."""
     buffer_size: int = 1

@@ -77,6 +77,7 @@ class DEIS(Solver):
     """DEIS tAB: Adams–Bashforth over the last `order` derivatives, polynomial in VP time."""
 
     citation = "Zhang & Chen, ICLR 2023 (DEIS)"
+    title = "DEIS"
     reference = (
         "zju-pi/diff-sampler gits-main/solver_utils.py get_deis_coeff_list, solvers.py deis_sampler"
     )

@@ -19,4 +19,5 @@ class DLMS(LearnedMultistep):
     """DLMS: Δ_i = Σ_j c_{i,j} d_{i−j} (init iPNDM) on the fixed grid, trajectory supervision."""
 
     citation = "Liang et al., ICLR 2025 (DLMS)"
+    title = "DLMS"
     supervision: ClassVar[str] = "trajectory"

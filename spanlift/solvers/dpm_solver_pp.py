@@ -31,6 +31,8 @@ class DPMSolverPP(Solver):
     """DPM-Solver++ multistep (2M/3M) in data prediction over logSNR, one NFE per step."""
 
     citation = "Lu et al., 2022 (DPM-Solver++)"
+    title = "DPM-Solver++"
+    order_mark = "M"  # multistep: DPM-Solver++ (2M), (3M)
     reference = "LuChengTHU/dpm-solver dpm_solver_pytorch.py"
 
     def __init__(

@@ -21,6 +21,7 @@ class DyWeight(Solver):
     """DyWeight: learned weights over the last `order` derivatives (init iPNDM) and time scaling."""
 
     citation = "Zhao et al., CVPR 2026 (DyWeight)"
+    title = "DyWeight"
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:
         super().__init__(sigmas, afs)

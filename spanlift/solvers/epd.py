@@ -62,6 +62,7 @@ class EPDPlugin(IntermediatePointSolver):
     """EPD-Plugin: x_{i+1} = x_i + h_i c_i Σ_k λ_{i,k} d(x_i + (s_{i,k} − σ_i) Δ_i^base, s_{i,k})."""
 
     citation = "Zhu et al., ICCV 2025 (EPD)"
+    title = "EPD-Plugin"
     reference = "BeierZhu/EPD"
 
     def __init__(
@@ -103,6 +104,7 @@ class EPD(EPDPlugin):
     """EPD-Solver: x_{i+1} = x_i + h_i c_i Σ_k λ_{i,k} d(x_i + (s_{i,k} − σ_i) d_i, s_{i,k})."""
 
     citation = "Zhu et al., ICCV 2025 (EPD)"
+    title = "EPD"
     reference = "BeierZhu/EPD"
 
     def __init__(

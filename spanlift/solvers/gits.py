@@ -143,6 +143,7 @@ class GITS(OnBase):
     """GITS: a base solver on the grid a DP picks over a fine grid from teacher warm-up paths."""
 
     citation = "Chen et al., ICML 2024 (GITS)"
+    title = "GITS"
     reference = "zju-pi/diff-sampler gits-main/gits_utils.py get_dp_list, dp"
 
     def __init__(

@@ -70,6 +70,7 @@ class GS(Solver):
     """GS: DPM-Solver++(3M) on a learned grid, with learned evaluation offsets and corrections."""
 
     citation = "Oganov et al., ICLR 2026 (GAS)"
+    title = "GS"
     reference = "3145tttt/GAS src/gas/generalized_solver.py GeneralizedSolver.sample"
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False) -> None:

@@ -18,6 +18,7 @@ class Heun(Solver):
     """Heun (EDM): second order, 2 evaluations per step, Euler on the last step."""
 
     citation = "Karras et al., NeurIPS 2022 (EDM), Algorithm 1"
+    title = "Heun"
     reference = "NVlabs/edm generate.py edm_sampler"
 
     @classmethod

@@ -42,6 +42,7 @@ class IPNDM(Solver):
     """iPNDM: Adams–Bashforth over the last `order` derivatives (orders 1–4), one NFE per step."""
 
     citation = "Zhang & Chen, ICLR 2023 (DEIS)"
+    title = "iPNDM"
     reference = "zju-pi/diff-sampler solvers.py ipndm_sampler"
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False, order: int = 3) -> None:

@@ -46,6 +46,7 @@ class LD3(OnBase):
     """
 
     citation = "Tong et al., ICLR 2025 (LD3)"
+    title = "LD3"
     reference = "vinhsuhi/LD3"
 
     def __init__(

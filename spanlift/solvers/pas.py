@@ -73,6 +73,7 @@ class PAS(OnBase):
     """PAS: the base's direction corrected in a PCA basis of the trajectory by learned coordinates."""
 
     citation = "Wang et al., ICML 2025 (PAS)"
+    title = "PAS"
     reference = "onefly123/PAS pca_utils/utils.py correction_d, PCA_process; pas_solvers.py"
     supervision: ClassVar[str] = "trajectory"
 

@@ -52,6 +52,7 @@ class S4SAlt(LearnedMultistep):
     """S4S-Alt: Δ_i = Σ_j c_{i,j} d_{i−j} (init iPNDM) on a learned LD3 grid, fitted alternately."""
 
     citation = "Frankel et al., ICML 2025 (S4S)"
+    title = "S4S-Alt"
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ class SpanLift(OnBase):
     """SpanLift: base solver + FiLM-conditioned residual operator (scalar / pointwise / spatial)."""
 
     citation = "the SpanLift paper"
+    title = "SpanLift"
     reference = "this package"
     has_parts = True
 

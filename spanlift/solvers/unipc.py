@@ -51,6 +51,7 @@ class UniPC(Solver):
     """UniPC-bh2 predictor–corrector (orders 1–3) in data prediction, one NFE per step."""
 
     citation = "Zhao et al., NeurIPS 2023 (UniPC)"
+    title = "UniPC"
     reference = "wl-zhao/UniPC uni_pc.py"
 
     def __init__(

@@ -3,34 +3,24 @@
 A row's name is its solver's title, its order where the configuration sets one (`(3M)` for the
 multistep DPM-Solver++, as its authors write it) and its base where it has one. A name the
 registry does not know (a sweep entry's own `label`, another library's scheduler) is shown as
-recorded. Read from the row's `solver` and `configuration` params only, so the leaderboard
-needs no solver code to name its rows.
+recorded. Each solver declares its title (`Solver.title`), so a new solver's file is all it takes.
 """
 
 import re
+from functools import cache
 
-TITLES = {
-    "euler": "Euler",
-    "heun": "Heun",
-    "ipndm": "iPNDM",
-    "dpm_solver_pp": "DPM-Solver++",
-    "unipc": "UniPC",
-    "deis": "DEIS",
-    "dyweight": "DyWeight",
-    "spanlift": "SpanLift",
-    "ld3": "LD3",
-    "amed": "AMED",
-    "amed_plugin": "AMED-Plugin",
-    "epd": "EPD",
-    "epd_plugin": "EPD-Plugin",
-    "s4s_alt": "S4S-Alt",
-    "dlms": "DLMS",
-    "gs": "GS",
-    "gits": "GITS",
-    "pas": "PAS",
-}
-MULTISTEP = {"dpm_solver_pp"}
-"""Solvers whose order is written `(kM)`: DPM-Solver++(2M), (3M)."""
+
+@cache
+def title_of(solver: str) -> tuple[str, str] | None:
+    """(title, order mark) the registered solver `solver` declares (`Solver.title`,
+    `Solver.order_mark`); None for a name the registry does not hold. The solvers are imported
+    here, when a table is written with display names, not when the leaderboard loads."""
+    from spanlift.solvers import SOLVERS
+
+    if solver not in SOLVERS:
+        return None
+    cls = SOLVERS.get(solver)
+    return getattr(cls, "title", "") or solver, getattr(cls, "order_mark", "")
 
 
 def setting(configuration: str, name: str) -> str | None:
@@ -43,13 +33,14 @@ def setting(configuration: str, name: str) -> str | None:
 def display_name(solver: str, configuration: str = "") -> str:
     """`SpanLift (on DyWeight)`, `DPM-Solver++ (3M)`, `UniPC (3)`, `Euler`; `solver` itself where
     it is no registered name."""
-    if solver not in TITLES:
+    titled = title_of(solver)
+    if titled is None:
         return solver
-    name = TITLES[solver]
+    name, mark = titled
     order = setting(configuration, "order") if configuration.startswith(solver) else None
     if order:
-        name += f" ({order}{'M' if solver in MULTISTEP else ''})"
+        name += f" ({order}{mark})"
     base = setting(configuration, "base") if configuration.startswith(solver) else None
     if base:
-        name += f" (on {TITLES.get(base, base)})"
+        name += f" (on {(title_of(base) or (base,))[0]})"
     return name
