@@ -3,20 +3,15 @@ options are declared once, and a metric file dropped into the package is read by
 reads metrics (the catalogue, the sweep schema and its run key, `spanlift eval`, the evaluator)
 without any other file naming it."""
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-import spanlift
 from spanlift.platform.evaluation.metrics import METRICS, SampleMetric, SolverMetric
 from spanlift.platform.sweep.config import EvaluationConfig, SweepConfigError, parse_sweep
 from spanlift.platform.tracking.metrics import METRICS as CATALOGUE
+from tests.package_copy import read_back
 
 DROPPED_METRIC = '''
 """brightness: the mean value of a sample, times a scale."""
@@ -130,19 +125,9 @@ def test_a_metric_file_dropped_into_the_package_is_read_everywhere(tmp_path: Pat
     catalogue lists it, a sweep searches on it with its option (checked by the metric, and part
     of the run key), `spanlift eval` offers the option, an evaluator computes it."""
     copy = tmp_path / "spanlift"
-    shutil.copytree(
-        Path(spanlift.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
+    seen = read_back(
+        tmp_path, {"platform/evaluation/metrics/brightness.py": DROPPED_METRIC}, READ_BACK
     )
-    (copy / "platform" / "evaluation" / "metrics" / "brightness.py").write_text(DROPPED_METRIC)
-    done = subprocess.run(
-        [sys.executable, "-c", READ_BACK],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["package"] == str(copy / "__init__.py")
     assert seen["mode"] == "max" and seen["produced"] and seen["keyed"] == 2.0
     assert "evaluation.brightness_scale: expected a positive number, got -1.0" in seen["refused"]

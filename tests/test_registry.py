@@ -1,19 +1,14 @@
 """Plug-ins declare themselves once: a registration names its class, and a file dropped into the
 solvers' or the backbones' package is registered without any other file naming it."""
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import spanlift
 from spanlift import registry
 from spanlift.backbones import BACKBONES
 from spanlift.solvers import SOLVERS
+from tests.package_copy import read_back
 
 DROPPED_SOLVER = '''
 from spanlift.solvers.base import Solver
@@ -69,20 +64,11 @@ def test_a_file_dropped_into_the_package_is_registered(tmp_path: Path):
     """A copy of the package with one new solver file and one new backbone file, imported in a
     fresh process: both are registered, and the solver is named by its registration."""
     copy = tmp_path / "spanlift"
-    shutil.copytree(
-        Path(spanlift.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pt")
+    seen = read_back(
+        tmp_path,
+        {"solvers/dropped_in.py": DROPPED_SOLVER, "backbones/dropped_in.py": DROPPED_BACKBONE},
+        READ_BACK,
     )
-    (copy / "solvers" / "dropped_in.py").write_text(DROPPED_SOLVER)
-    (copy / "backbones" / "dropped_in.py").write_text(DROPPED_BACKBONE)
-    done = subprocess.run(
-        [sys.executable, "-c", READ_BACK],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["package"] == str(copy / "__init__.py")
     assert seen["found"] == {"solver": True, "backbone": True}
     assert seen["solver"] == "dropped_in"
