@@ -15,6 +15,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from spanlift.platform.tracking.runs import connect, local_store
 from tests.cli_run import ROOT, spanlift
 
 pytestmark = pytest.mark.e2e
@@ -32,8 +33,12 @@ def sweep_file(folder: Path, name: str, **changes: object) -> Path:
 
 
 def configuration_runs(uri: str, experiment: str, query: str = "") -> list:
-    """The experiment's runs of configurations (not the sweep's parent run)."""
-    client = MlflowClient(uri)
+    """The experiment's runs of configurations (not the sweep's parent run); none while the sweep
+    has not yet created its store (polling must not create it beside the sweep)."""
+    store = local_store(uri)
+    if store is not None and not store.exists():
+        return []
+    client = connect(uri)  # waits while a starting sweep creates the store
     found = client.get_experiment_by_name(experiment)
     runs = client.search_runs([found.experiment_id], query) if found else []
     return [r for r in runs if r.data.tags.get("spanlift.command") != "sweep"]

@@ -143,3 +143,27 @@ def test_fids_from_different_detectors_are_never_ranked_together(store: str, tmp
     assert "fid against fid.detector=inception:bbbbbbbbbbbb, fid.reference=dataset:" in table
     plot = plot_leaderboard(entries, "fid", tmp_path / "fid.png")
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def open_store_at(uri: str, start) -> str:
+    """One process's first contact with a store (a sweep, `spanlift leaderboard`, a poller)."""
+    start.wait()  # every process reaches connect() at the same moment
+    try:
+        connect(uri)
+        return "ok"
+    except Exception as exc:  # the test reports what each process saw
+        return str(exc).splitlines()[0]
+
+
+def test_processes_opening_a_new_store_at_once_all_get_it(tmp_path: Path) -> None:
+    """MLflow creates and migrates a new SQLite store on first contact; two processes doing it at
+    once each run the migration and all but one fail ("duplicate column", "out-of-date schema").
+    Two sweeps started together in one folder, or a leaderboard opened as a sweep starts, must not."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    uri = absolute_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with context.Manager() as manager, context.Pool(3) as pool:
+        start = manager.Barrier(3)
+        seen = pool.starmap(open_store_at, [(uri, start)] * 3)
+    assert seen == ["ok"] * 3

@@ -56,7 +56,10 @@ def mlflow_check(uri: str | None) -> str:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     from mlflow.tracking import MlflowClient
 
-    experiments = MlflowClient(uri).search_experiments(max_results=1000)
+    from spanlift.platform.tracking.runs import first_contact
+
+    with first_contact(uri):  # a sweep starting beside it may be creating the store
+        experiments = MlflowClient(uri).search_experiments(max_results=1000)
     return f"{uri}: {len(experiments)} experiment(s)"
 
 

@@ -7,10 +7,12 @@ finished run of the same code version is not evaluated again. Experiments are ta
 MLflow's UI opens them on the runs table; runs carry MLflow's source tags (command, git commit).
 """
 
+import fcntl
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,9 +113,10 @@ def connect(uri: str, read_only: bool = False) -> MlflowClient:
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    client = MlflowClient(tracking_uri=uri)
     try:
-        client.search_experiments(max_results=1)
+        with first_contact(uri):
+            client = MlflowClient(tracking_uri=uri)
+            client.search_experiments(max_results=1)
     except Exception as exc:  # MLflow raises many types for an unreachable store
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise SettingsError(
@@ -121,6 +124,25 @@ def connect(uri: str, read_only: bool = False) -> MlflowClient:
             f"--tracking-uri {DEFAULT_URI} for a local store"
         ) from None
     return client
+
+
+@contextmanager
+def first_contact(uri: str) -> Iterator[None]:
+    """Hold the folder of a SQLite store locked while MLflow first opens it there.
+
+    MLflow creates and migrates a new SQLite store on first contact, and two processes doing so
+    at once each run the migration: all but one fail. Under the lock one process creates the
+    store and the others wait, then find it complete. A server or file store needs no lock."""
+    store = local_store(uri) if uri.startswith("sqlite:///") else None
+    if store is None:
+        yield
+        return
+    folder = os.open(store.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # closing the descriptor releases the lock
 
 
 UI_ADDRESS = "http://127.0.0.1:5000"
