@@ -16,7 +16,7 @@ from spanlift.platform.sweep.driver import searcher_for
 from spanlift.platform.sweep.searchers import SEARCHERS
 from spanlift.platform.sweep.space import SearchSpace, decode, longest_first, space_points
 from spanlift.platform.sweep.summary import expected_configurations
-from spanlift.platform.sweep.trial import SweepContext
+from spanlift.platform.sweep.trial import SweepContext, Trial
 
 SWEEP = {
     "experiment": "searchers",
@@ -172,3 +172,26 @@ def test_no_searcher_is_named_outside_its_own_file() -> None:
         for quoted in (f'"{name}"', f"'{name}'"):
             named = [str(p) for p in generic if quoted in p.read_text()]
             assert not named, f"{quoted} in {named}"
+
+
+def test_a_configuration_is_built_once_when_the_sweep_is_read(monkeypatch) -> None:
+    """Reading the sweep builds each configuration to check it and records whether it learns;
+    ordering the grid and starting a trial ask the entry instead of building it again."""
+    config = parse_sweep(sweep())
+    built = []
+    original = spanlift.solvers.loading.build_solver
+
+    def counted(*args, **kwargs):
+        built.append(args[0])
+        return original(*args, **kwargs)
+
+    for module in ("platform.sweep.solver_entry", "platform.sweep.space", "platform.sweep.trial"):
+        found = importlib.import_module(f"spanlift.{module}")
+        if hasattr(found, "build_solver"):
+            monkeypatch.setattr(found, "build_solver", counted)
+    order = longest_first(config)
+    trials = [Trial.of({"trial": index}, config) for index in range(len(config.trials()))]
+    assert built == []
+    assert [t.learns for t in trials] == [False] * 6 + [True] * 2  # ipndm ×6, dyweight ×2
+    assert sorted(order[:2]) == [6, 7]  # the fitted ones first
+    assert "learned" not in str(config.as_dict())  # the stored sweep holds settings only

@@ -187,6 +187,8 @@ class SweepConfig:
             data |= self.search.stored() if key == "search" else {key: value}
         data = json.loads(json.dumps(data, default=str))
         data.pop("source")
+        for entry in data["solvers"]:
+            entry.pop("learned")  # read again from the entry's settings, not a setting itself
         return data
 
 

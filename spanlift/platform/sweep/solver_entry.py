@@ -2,7 +2,7 @@
 settings searched over, read and checked before Ray starts."""
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.sweep import relative_paths
 from spanlift.platform.sweep.schema import Section
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver
+from spanlift.solvers.loading import is_learnable
 from spanlift.solvers.schedules import EDM_SIGMA_MAX, EDM_SIGMA_MIN, SCHEDULES
 from spanlift.solvers.spec import check_settings, steps_for_nfe
 
@@ -30,6 +31,16 @@ class SolverEntry:
     fitted two ways is ranked as two rows, e.g. `spanlift (pooled, teacher)`."""
     schedule: str = "edm"
     """The σ grid (see `spanlift.solvers.schedules`); `edm_to_zero` is EDM's own protocol."""
+    learned: frozenset[str] | None = None
+    """The grid's configurations a fit changes (`configuration_name`), asked once of each when
+    the entry is read and its configurations are built to check them; None: not asked yet."""
+
+    def learns(self, spec: SolverSpec) -> bool:
+        """Whether a fit changes this configuration of the entry (it has parameters or a search):
+        its learned solvers are fitted from every replicate seed, its analytic ones run once."""
+        if self.learned is None:
+            return learns(spec)
+        return configuration_name(spec) in self.learned
 
     @property
     def fit_settings(self) -> dict[str, Any]:
@@ -67,6 +78,15 @@ class Probe:
     shape: tuple[int, ...] = (1,)
 
 
+def configuration_name(spec: SolverSpec) -> str:
+    return f"{spec.label()} nfe={spec.nfe}"
+
+
+def learns(spec: SolverSpec) -> bool:
+    """Whether a fit changes the configuration, asked of it built over EDM's σ range."""
+    return is_learnable(build_solver(spec, *PROBE_SIGMAS, channels=1))
+
+
 FIT_KEYS = (*FitSettings.names(), "seeds")
 """What a `fit:` section takes: the fit settings, and `seeds`, the replicates' fit seeds."""
 
@@ -92,11 +112,13 @@ def read_solver_entry(r: Section, folder: Path) -> SolverEntry:
     grid = {key: tuple(values) for key, values in search.data.items()}
     nfe = tuple(nfe if isinstance(nfe, list) else [nfe])
     entry = SolverEntry(name, nfe, settings, grid, fit, r.get("label", str, ""), schedule)
+    learned = set()
     for spec in entry.grid():
         r.checked("settings", lambda spec=spec: check_settings(spec.name, spec.settings))
         r.checked("nfe", lambda s=spec: steps_for_nfe(s.name, s.nfe, s.settings, schedule))
-        r.checked("settings", lambda spec=spec: build_solver(spec, *PROBE_SIGMAS, channels=1))
-    return entry
+        if r.checked("settings", lambda spec=spec: learns(spec)):
+            learned.add(configuration_name(spec))
+    return replace(entry, learned=frozenset(learned))
 
 
 def read_seeds(fit: Section) -> tuple[int, ...]:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spanlift.platform.sweep.config import SweepConfig
-from spanlift.platform.sweep.solver_entry import PROBE_SIGMAS, Probe, SolverEntry
-from spanlift.solvers import SolverSpec, build_solver
-from spanlift.solvers.loading import is_learnable, needs_fitted_base
+from spanlift.platform.sweep.solver_entry import Probe, SolverEntry
+from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import needs_fitted_base
 
 if TYPE_CHECKING:  # optuna is imported by the driver, not by a trial's process
     import optuna
@@ -83,8 +83,7 @@ def longest_first(config: SweepConfig) -> list[int]:
 
     def length(index: int) -> tuple[int, float]:
         entry, spec = grid[index]
-        solver = build_solver(spec, *PROBE_SIGMAS, channels=1)
-        if not is_learnable(solver):
+        if not entry.learns(spec):
             return 0, spec.nfe
         fit = config.fit_of(entry)
         stages = 2 if needs_fitted_base(spec, Probe()) else 1

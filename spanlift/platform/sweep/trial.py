@@ -41,11 +41,10 @@ from spanlift.platform.sweep.context import SweepContext, for_replicate
 from spanlift.platform.sweep.evaluation import evaluate_fitted, evaluator_setup
 from spanlift.platform.sweep.replicate import configuration, replicate_files, run_params
 from spanlift.platform.sweep.replicate_fit import fitted_replicate, score_fitted
-from spanlift.platform.sweep.solver_entry import PROBE_SIGMAS, SolverEntry
+from spanlift.platform.sweep.solver_entry import SolverEntry
 from spanlift.platform.sweep.space import decode
 from spanlift.platform.tracking.runs import CODE_TAG, PARENT_TAG, ConfigurationRuns, run_name
-from spanlift.solvers import SolverSpec, build_solver
-from spanlift.solvers.loading import is_learnable
+from spanlift.solvers import SolverSpec
 
 __all__ = ["SweepContext", "Trial", "run_trial", "trial_name", "trial_spec"]
 
@@ -57,8 +56,7 @@ SUMMED = ("fit_seconds", "eval_seconds", "model_loads")
 @dataclass(frozen=True)
 class Trial:
     """A Tune config as a trial runs it: the sweep entry and solver spec it stands for, and
-    whether the solver learns (a fit changes it), asked once of a solver built on EDM's σ
-    range."""
+    whether the solver learns (a fit changes it), as the entry recorded when it was read."""
 
     entry: SolverEntry
     spec: SolverSpec
@@ -67,7 +65,7 @@ class Trial:
     @classmethod
     def of(cls, params: dict[str, Any], config: SweepConfig) -> "Trial":
         entry, spec = decode(params, config)
-        return cls(entry, spec, is_learnable(build_solver(spec, *PROBE_SIGMAS, channels=1)))
+        return cls(entry, spec, entry.learns(spec))
 
     @property
     def name(self) -> str:
