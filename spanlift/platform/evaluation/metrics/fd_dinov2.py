@@ -266,9 +266,7 @@ class FdDinov2(SampleMetric):
             described = f"file {path.name} sha256:{file_sha256(path)[:16]}"
             return Compared(read_statistics(path).moments, described)
         identity = dinov2_identity(self.folder())
-        return Compared(
-            computed_moments(shards, reference, identity, NAME), reference.describe()
-        )
+        return Compared(computed_moments(shards, reference, identity, NAME), reference.describe())
 
     def load(self, host: Host) -> Dinov2Detector:
         return load_detector(self.folder()).to(host.device)
