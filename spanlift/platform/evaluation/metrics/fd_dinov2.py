@@ -52,6 +52,7 @@ from torch import Tensor
 from spanlift.backbones import Backbone
 from spanlift.errors import MetricUnavailable, ReferenceStatisticsError
 from spanlift.files import file_sha256
+from spanlift.platform.detectors.dinov2 import IMAGENET_MEAN, IMAGENET_STD, dinov2_model
 from spanlift.platform.detectors.images import to_uint8_rgb
 from spanlift.platform.evaluation.metrics.base import (
     METRICS,
@@ -73,7 +74,6 @@ from spanlift.platform.evaluation.metrics.reference import (
     image_size,
     read_statistics,
 )
-from spanlift.platform.fitting.dinov2 import IMAGENET_MEAN, IMAGENET_STD, dinov2_model
 
 NAME = "fd_dinov2"
 NETWORK = "dinov2"
