@@ -30,9 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from spanlift.errors import CheckpointError, SettingsError
+from spanlift.platform.detectors.dinov2 import IMAGENET_MEAN, IMAGENET_STD, dinov2_model
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 DEFAULT_SIZE = (224, 224)
 HOW_TO_GET = (
     "it is usually a copy of facebook/dinov2-base: download it once "
@@ -138,17 +137,4 @@ def load_dinov2(path: str | Path) -> Dinov2Features:
     """The DINOv2 in the local Hugging Face folder `path` (config.json, weights and, usually,
     preprocessor_config.json) as a frozen feature extractor."""
     folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(f"DINOv2 folder not found: {folder}; {HOW_TO_GET}")
-    try:
-        from transformers import Dinov2Model
-    except ImportError:
-        raise SettingsError(
-            "the latent loss needs transformers for DINOv2: pip install 'spanlift[diffusers]'"
-        ) from None
-    try:
-        model = Dinov2Model.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
-    except (OSError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{folder} holds no DINOv2 model ({reason}); {HOW_TO_GET}") from None
-    return Dinov2Features(model, read_preprocessing(folder))
+    return Dinov2Features(dinov2_model(folder, HOW_TO_GET), read_preprocessing(folder))

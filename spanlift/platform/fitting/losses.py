@@ -20,6 +20,9 @@ cast to float32 before the difference and the mean: the reduction stays float32.
 φ reads the decoded images as the FID protocol does (x · 127.5 + 128, clipped) but without
 rounding, so gradients reach the solver. Feature losses fit what FID measures; `pooled` fits what
 the nowcasting scores CSI, CSI-4 and CSI-16 measure (fields max-pooled by 1, 4 and 16), cheaply.
+
+Each loss declares the pretrained networks it fits features of (`PRETRAINED`); a run records them
+(`fit.loss_networks`), and the leaderboard marks a value measured with one of them.
 """
 
 import inspect
@@ -54,6 +57,35 @@ def check_loss_options(name: str, options: dict[str, Any]) -> None:
     for parameter in parameters:
         if parameter.default is inspect.Parameter.empty and parameter.name not in options:
             raise SettingsError(f"loss {name!r} needs the option {parameter.name!r}; {takes}")
+
+
+NETWORKS_PARAM = "fit.loss_networks"
+"""The run param naming the pretrained networks a fit's loss used (`pretrained_networks`)."""
+PRETRAINED: dict[str, tuple[str, ...]] = {
+    "mse": (),
+    "pooled": (),
+    "inception": ("inception",),
+    "digits": ("digits",),
+    "latent": ("dinov2",),
+}
+"""The pretrained networks each loss fits features of, named as the metrics name the networks
+they measure with (`EvaluationMetric.networks`): a detector's registered name, or `dinov2`."""
+
+
+def pretrained_networks(name: str, options: dict[str, Any]) -> tuple[str, ...]:
+    """The pretrained networks the loss `name` with `options` fits features of; a value measured
+    with one of them was partly optimised against itself (the leaderboard marks it). The
+    adversarial loss: those of its distillation loss (its critic starts at random)."""
+    if name == "adversarial":
+        return pretrained_networks(options.get("distill", "mse"), {})
+    LOSSES.get(name)  # an unknown name lists the known ones
+    return PRETRAINED[name]
+
+
+def networks_param(name: str, options: dict[str, Any]) -> dict[str, str]:
+    """`{fit.loss_networks: "inception"}`: the networks as a run records them, comma-separated
+    ("" for none)."""
+    return {NETWORKS_PARAM: ",".join(pretrained_networks(name, options))}
 
 
 def holding(loss: LossFn, *networks: torch.nn.Module) -> LossFn:

@@ -1,12 +1,12 @@
 """A `spanlift fit` replicate as an MLflow run, recorded as a sweep's trial records its own.
 
 The run carries the same params (the solver's, the teacher and the seeds of each role, the fit
-settings with the fit seed, the replicate group, what chose the kept state, where it ran), metrics
-(rmse and val_rmse, the error quantiles, nfe, the fit's time and curves) and files (errors per
-test seed, `configuration.json`, the fitted checkpoint), so `spanlift leaderboard` ranks it as it
-ranks a sweep's runs and `spanlift rerun` repeats it. A replicate that this version of the code
-already recorded in the experiment is found, not recorded twice: replicates of one fit seed would
-narrow its interval.
+settings with the fit seed, the pretrained networks its loss used, the replicate group, what chose
+the kept state, where it ran), metrics (rmse and val_rmse, the error quantiles, nfe, the fit's time
+and curves) and files (errors per test seed, `configuration.json`, the fitted checkpoint), so
+`spanlift leaderboard` ranks it as it ranks a sweep's runs and `spanlift rerun` repeats it. A
+replicate that this version of the code already recorded in the experiment is found, not recorded
+twice: replicates of one fit seed would narrow its interval.
 """
 
 import tempfile
@@ -20,6 +20,7 @@ from spanlift.backbones import Backbone
 from spanlift.platform.configuration import Configuration
 from spanlift.platform.fitting.compare import Row, fit_configuration, set_digest
 from spanlift.platform.fitting.fit import FitSettings
+from spanlift.platform.fitting.losses import networks_param
 from spanlift.platform.resolved import ResolvedConfiguration, write_resolved
 from spanlift.platform.results.provenance import run_environment
 from spanlift.platform.results.tracking import (
@@ -65,6 +66,7 @@ class FitRecording:
             "backbone": self.name,
             REPLICATE_PARAM: configuration.replicate_key(),
             "loss": settings.loss,
+            **networks_param(settings.loss, settings.loss_options),
             **seed_params(self.seeds),
             "selection.metric": SELECTION,
             **run_environment(torch.device("cpu"), deterministic=settings.deterministic),

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from spanlift.platform.configuration import Configuration, teacher_identity
+from spanlift.platform.fitting.losses import networks_param
 from spanlift.platform.resolved import ResolvedConfiguration, write_resolved
 from spanlift.platform.results.fit_cache import Fitted
 from spanlift.platform.results.provenance import run_environment
@@ -40,13 +41,14 @@ def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
 
 def run_params(result: Configuration, context: SweepContext, label: str = "") -> dict[str, Any]:
     """The MLflow params of a replicate: what ran (named `label` on the leaderboard, when it has
-    one), on which seeds of each role, what its metrics are measured against, what chose it, and
-    where it ran (`env.*`)."""
+    one), the pretrained networks its loss used (`fit.loss_networks`), on which seeds of each role,
+    what its metrics are measured against, what chose it, and where it ran (`env.*`)."""
     config = context.config
     return {
         **configuration_params(result),
         REPLICATE_PARAM: result.replicate_key(),
         "loss": config.fit.loss,
+        **networks_param(config.fit.loss, config.fit.loss_options),
         **seed_params(sweep_seeds(config)),
         "selection.metric": config.search_metric,
         "fit.use_gpu": config.resources.use_gpu,

@@ -1,7 +1,8 @@
 """The leaderboard as text, Markdown, LaTeX or CSV, with the protocol it was measured under.
 
 Every format shows a row's mean over its replicates with the 95 % interval (± half-width, or
-nothing for a single run), n, and its comparison with the row below (≈: within noise; `<`/`>`:
+nothing for a single run), n, its marks († chosen on test values, § measured with a network the
+fit's loss used), and its comparison with the row below (≈: within noise; `<`/`>`:
 better, with the interval of the ratio of the two where it is a paired bootstrap) and its fit cost
 (`fit_cost`: iterations, seconds, device-hours where several devices fitted it, ↗ where its cap
 stopped it still improving, a dash where nothing was fitted). Markdown and
@@ -33,6 +34,15 @@ CHOSEN_ON_TEST = (
 ONLY_CONFIGURATION = (
     "rows without validation values are their solver's only configuration here: nothing was chosen"
 )
+SELF_MEASURED = "§ measured with a network the fit's loss used: partly optimised against itself"
+
+
+def self_measured_note(entries: list[Entry]) -> str:
+    """The § note, naming the metrics it applies to and the networks in question."""
+    metrics = list(dict.fromkeys(name for e in entries for name in e.overlap))
+    return f"{SELF_MEASURED} ({', '.join(metrics)}; the run param fit.loss_networks)"
+
+
 TIES = (
     "≈ within noise of the row below (95 % bootstrap interval of the value ratio over test "
     "seeds and fit seeds contains 1, or a Welch interval over replicates contains 0); "
@@ -75,7 +85,8 @@ def comparison(e: Entry) -> str:
 
 
 def marks(e: Entry) -> str:
-    return "†" if e.chosen_on == "test" else ""
+    """† chosen on test values; § measured with a network the fit's loss used."""
+    return ("†" if e.chosen_on == "test" else "") + ("§" if e.overlap else "")
 
 
 def column_cell(e: Entry, name: str) -> str:
@@ -136,6 +147,8 @@ def notes(entries: list[Entry]) -> list[str]:
         shown.append(STILL_IMPROVING_NOTE)
     if any(e.chosen_on == "test" for e in entries):
         shown.append(CHOSEN_ON_TEST)
+    if any(e.overlap for e in entries):
+        shown.append(self_measured_note(entries))
     if any(e.chosen_on == "only" for e in entries):
         shown.append(ONLY_CONFIGURATION)
     for searched in sorted({e.chosen_on for e in entries if e.chosen_on.startswith("val_")}):
@@ -212,6 +225,7 @@ LATEX_CHARACTERS = {
     "±": r"$\pm$",
     "≈": r"$\approx$",
     "†": r"$^\dagger$",
+    "§": r"$^{\S}$",
     "σ": r"$\sigma$",
     "×": r"$\times$",
     "−": "$-$",
@@ -231,7 +245,7 @@ LATEX_CHARACTERS = {
 
 
 def tex(text: str) -> str:
-    """`text` with every LaTeX special character escaped and ≈ / ± / † / σ / < / > as math; any
+    """`text` with every LaTeX special character escaped and ≈ / ± / † / § / σ / < / > as math; any
     other non-ASCII character as its closest ASCII (`10⁹` as `109`), or `?`."""
     return "".join(LATEX_CHARACTERS.get(c) or (c if c.isascii() else ascii_of(c)) for c in text)
 
@@ -360,6 +374,7 @@ def write_csv(entries: list[Entry], path: Path | TextIO) -> Path | TextIO:
         row.pop("fit")
         columns = row.pop("columns")
         row["run_ids"] = " ".join(e.run_ids)
+        row["overlap"] = " ".join(e.overlap)
         row["ratio_low"], row["ratio_high"] = e.ratio or (None, None)
         row.pop("ratio")
         row.update(fit_fields(e))

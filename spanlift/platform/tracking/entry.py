@@ -35,3 +35,5 @@ class Entry:
     columns: dict[str, float] = field(default_factory=dict)  # `--columns`: replicates' means
     protocol: dict[str, str] = field(default_factory=dict)  # the chosen run's PROTOCOL_PARAMS
     fit: FitCost | None = None  # the replicates' mean fit cost (None: nothing fitted)
+    overlap: tuple[str, ...] = ()  # ranked or shown metrics measured with a network the fit's
+    # loss used (`fit.loss_networks`): marked §

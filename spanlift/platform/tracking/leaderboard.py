@@ -17,6 +17,10 @@ its value. How rankings are made (docs/evaluation.md, "How rankings are made"):
   before validation seeds existed have none: such a solver's row is chosen on test values and
   marked †, unless it is the solver's only configuration (the nowcast suite records one per
   solver): then nothing was chosen.
+- **Self-measured values.** A run records the pretrained networks its fit loss used
+  (`fit.loss_networks`) and each metric's plug-in says which it measures with: a row whose ranked
+  or shown metric was measured with one of them, by a run that fitted something, is marked §
+  (partly optimised against itself). Runs recorded before the param existed get no mark.
 - **Ties.** Each row is compared with the row ranked below it on the same test seeds: for RMSE a
   two-level bootstrap interval of their ratio over test seeds and fit seeds (`comparison.py`), for
   other metrics a Welch interval over the replicates. Within noise, the row is marked ≈.
@@ -36,11 +40,12 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
+from spanlift.platform.fitting.losses import NETWORKS_PARAM
 from spanlift.platform.statistics import replicate_interval
 from spanlift.platform.tracking.comparison import compare_neighbours
 from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
 from spanlift.platform.tracking.fit_cost import row_cost, run_cost
-from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS, default_mode
+from spanlift.platform.tracking.metrics import FIT_BUDGET, METRICS, default_mode, measured_with
 from spanlift.platform.tracking.runs import REPLICATE_PARAM, experiment_id
 
 PROTOCOL_PARAMS = (
@@ -105,6 +110,15 @@ def chosen_by(metric: str, params: dict[str, str], metrics: dict[str, float]) ->
     return ""
 
 
+def self_measured(params: dict[str, str], metrics: Iterable[str], fitted: bool) -> tuple[str, ...]:
+    """Those of `metrics` a run measured with a pretrained network its fit loss used (param
+    `fit.loss_networks`); none where nothing was fitted or the run predates the param."""
+    used = {name for name in params.get(NETWORKS_PARAM, "").split(",") if name}
+    if not used or not fitted:
+        return ()
+    return tuple(m for m in metrics if measured_with(m, params) & used)
+
+
 def runs_table(
     runs: list[Run], metric: str, by_fit: bool = False, columns: tuple[str, ...] = ()
 ) -> pd.DataFrame:
@@ -137,7 +151,8 @@ def _row(run: Run, metric: str, names: tuple[str, ...], columns: tuple[str, ...]
         "run_id": run.info.run_id,
         "fit_seed": params.get("fit.seed", ""),
         "columns": {name: metrics[name] for name in columns if name in metrics},
-        "fit_cost": run_cost(params, metrics),
+        "fit_cost": (cost := run_cost(params, metrics)),
+        "overlap": self_measured(params, (metric, *columns), cost.fitted),
         "protocol": {**protocol, **({"code.version": version} if version else {})},
     }
 
@@ -267,7 +282,15 @@ def entry(
         columns={name: float(columns[name].mean()) for name in columns},
         protocol=protocol_of(runs),
         fit=row_cost(list(runs["fit_cost"])) if "fit_cost" in runs else None,
+        overlap=overlap_of(runs),
     )
+
+
+def overlap_of(runs: pd.DataFrame) -> tuple[str, ...]:
+    """The metrics any replicate measured with a network its fit loss used (`self_measured`)."""
+    if "overlap" not in runs:
+        return ()
+    return tuple(dict.fromkeys(name for names in runs["overlap"] for name in names))
 
 
 def protocol_of(runs: pd.DataFrame) -> dict[str, str]:

@@ -7,6 +7,8 @@ produces (`produced_by`). The rows of what a trial measures itself are here; tho
 evaluation metrics come from their plug-ins (`platform/evaluation/metrics/`).
 """
 
+from collections.abc import Mapping
+
 from spanlift.errors import SettingsError
 from spanlift.platform.evaluation.metrics import METRICS as EVALUATIONS
 from spanlift.platform.evaluation.metrics import Row
@@ -27,6 +29,15 @@ TRIAL_METRICS = ("rmse", "ms_per_image", "nfe", "fit_seconds", "eval_seconds")
 
 FIT_BUDGET = ("fit.iterations", "fit.batch_size", "fit.loss", "fit.lr", "teacher.train_samples")
 """The params that make two fits comparable in effort (`spanlift leaderboard --by-fit`)."""
+
+
+def measured_with(metric: str, params: Mapping[str, str]) -> frozenset[str]:
+    """The pretrained networks a run's value of `metric` (or of its `val_` form) was measured with,
+    as the metric's plug-in declares them (`EvaluationMetric.networks`); none for the trial's own
+    metrics."""
+    name = metric.removeprefix("val_")
+    owner = next((m for _, m in EVALUATIONS if name in m.produces()), None)
+    return owner.networks(params) if owner else frozenset()
 
 
 def default_mode(metric: str) -> str:

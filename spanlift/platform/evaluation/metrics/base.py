@@ -14,6 +14,9 @@ A metric declares
     check(setup, reference, backbone)
                      what `spanlift eval` refuses before any work beyond that (a statistics file
                      that does not fit)
+    networks(params)  the pretrained networks its values in a run with `params` were measured
+                     with, named as a fit's loss names them (`fit.loss_networks`): the leaderboard
+                     marks a value measured with a network the fit's loss used
 
 A `SampleMetric` is computed from the solver's samples, shard by shard, on the evaluators:
 
@@ -211,6 +214,12 @@ class EvaluationMetric:
 
     def check(self, setup: "Setup", reference: "ReferenceSet", backbone: "Backbone") -> None:
         """Refuse, before any work, what it could not be computed with."""
+
+    @classmethod
+    def networks(cls, params: Mapping[str, str]) -> frozenset[str]:
+        """The pretrained networks (`inception`, `digits_eval`, `dinov2`, …) its values in a run
+        that recorded `params` were measured with; none by default."""
+        return frozenset()
 
 
 class SampleMetric(EvaluationMetric):

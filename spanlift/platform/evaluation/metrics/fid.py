@@ -9,6 +9,7 @@ dataset, teacher samples from seeds disjoint from the evaluated ones, or a stati
 statistics are computed once on the evaluators and cached (`reference.py`).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,12 @@ class Fid(SampleMetric):
         ),
     )
 
+    @classmethod
+    def networks(cls, params: Mapping[str, str]) -> frozenset[str]:
+        """The detector it was measured with, by name: `fid.detector` is `<name>:<hash>`."""
+        name = params.get(f"{NAME}.detector", "").split(":")[0]
+        return frozenset({name} if name else ())
+
     def check(self, setup: Setup, reference: ReferenceSet, backbone: Backbone) -> None:
         """A statistics file must fit the detector's features and the backbone's images."""
         if reference.kind == "file":
@@ -111,12 +118,22 @@ class Fid(SampleMetric):
 def reference_moments(shards: Shards, reference: ReferenceSet, detector: str) -> FeatureMoments:
     """Load the reference statistics, or compute them on the evaluators and cache them."""
     setup = shards.setup
-    backbone = loaded_backbone(setup.backbone, setup.backbone_options)
     if reference.kind == "file":
+        backbone = loaded_backbone(setup.backbone, setup.backbone_options)
         return file_moments(reference.path, setup, backbone, detector)
-    path = reference_path(setup.cache_dir, detector, backbone.identity(), reference)
+    return computed_moments(shards, reference, detector, NAME)
+
+
+def computed_moments(
+    shards: Shards, reference: ReferenceSet, identity: str, metric: str
+) -> FeatureMoments:
+    """The feature moments of `metric` (whose network is `identity`) of the backbone's dataset or
+    of teacher samples: read from the cache, or computed on the evaluators and cached."""
+    setup = shards.setup
+    backbone = loaded_backbone(setup.backbone, setup.backbone_options)
+    path = reference_path(setup.cache_dir, identity, backbone.identity(), reference)
     if path.is_file():
-        return load_reference(path, detector)
+        return load_reference(path, identity)
     if reference.kind == "dataset":
         images = backbone.reference_images()
         if images is None:
@@ -125,11 +142,11 @@ def reference_moments(shards: Shards, reference: ReferenceSet, detector: str) ->
                 "one (--reference <file.npz>, e.g. NVlabs' cifar10-32x32.npz) or use reference "
                 "teacher"
             )
-        moments = shards.image_states(images, (NAME,), "reference: dataset")[NAME]
+        moments = shards.image_states(images, (metric,), "reference: dataset")[metric]
     else:
         seeds, desc = reference.seeds(), "reference: teacher"
-        moments = shards.solver_states(reference.teacher, None, seeds, (NAME,), desc)[NAME]
-    save_reference(path, moments, detector)
+        moments = shards.solver_states(reference.teacher, None, seeds, (metric,), desc)[metric]
+    save_reference(path, moments, identity)
     return moments
 
 

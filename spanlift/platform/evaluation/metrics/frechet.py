@@ -90,23 +90,23 @@ def merge_all(parts: list[FeatureMoments]) -> FeatureMoments:
     return merged
 
 
-def frechet_distance(a: FeatureMoments, b: FeatureMoments) -> float:
-    """FID between the Gaussians fitted to two feature sets.
+def frechet_distance(a: FeatureMoments, b: FeatureMoments, label: str = "FID") -> float:
+    """FID between the Gaussians fitted to two feature sets (`label`: the metric errors name).
 
     Fewer samples than the feature dimension make a covariance rank-deficient: the distance is
     still computed, with a warning, because it is then biased and not comparable with papers.
     """
     if a.dim != b.dim:
-        raise SettingsError(f"FID: cannot compare {a.dim}-d features with {b.dim}-d features")
+        raise SettingsError(f"{label}: cannot compare {a.dim}-d features with {b.dim}-d features")
     for name, moments in (("first", a), ("second", b)):
         if moments.count < 2:
             raise SettingsError(
-                f"FID: the {name} set has {moments.count} samples; at least 2 are needed"
+                f"{label}: the {name} set has {moments.count} samples; at least 2 are needed"
             )
         if moments.count < moments.dim:
             warnings.warn(
-                f"FID: the {name} set has {moments.count} samples, fewer than the feature "
-                f"dimension {moments.dim}; its covariance is singular and the FID is biased",
+                f"{label}: the {name} set has {moments.count} samples, fewer than the feature "
+                f"dimension {moments.dim}; its covariance is singular and the {label} is biased",
                 stacklevel=2,
             )
     from torch_fidelity.metric_fid import KEY_METRIC_FID, fid_statistics_to_metric  # on demand

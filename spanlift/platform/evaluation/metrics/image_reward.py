@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,6 +232,10 @@ class ImageRewardOptions(Options):
 class ImageReward(SampleMetric):
     Options = ImageRewardOptions
     rows = (Row(NAME, "max", "ImageReward score", (f"{NAME}.detector",)),)
+
+    @classmethod
+    def networks(cls, params: Mapping[str, str]) -> frozenset[str]:
+        return frozenset({"imagereward"})
 
     def measures(self, setup: Setup, traits: Traits) -> dict[str, Any]:
         """The checkpoint it scores with; MetricUnavailable without prompts, files or package."""

@@ -15,6 +15,7 @@ AlexNet's stride-4 stem leaves almost nothing of small images (16×16 digits), s
 """
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,6 +150,10 @@ class Lpips(SampleMetric):
             (f"{NAME}.detector", f"{NAME}.reference", "eval.samples"),
         ),
     )
+
+    @classmethod
+    def networks(cls, params: Mapping[str, str]) -> frozenset[str]:
+        return frozenset({"alexnet"})
 
     def measures(self, setup: Setup, traits: Traits) -> dict[str, Any]:
         """The AlexNet weights and what the samples are compared with; MetricUnavailable
