@@ -40,7 +40,6 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
-from spanlift.platform.fitting.losses import NETWORKS_PARAM
 from spanlift.platform.statistics import replicate_interval
 from spanlift.platform.tracking.comparison import compare_neighbours
 from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
@@ -113,7 +112,7 @@ def chosen_by(metric: str, params: dict[str, str], metrics: dict[str, float]) ->
 def self_measured(params: dict[str, str], metrics: Iterable[str], fitted: bool) -> tuple[str, ...]:
     """Those of `metrics` a run measured with a pretrained network its fit loss used (param
     `fit.loss_networks`); none where nothing was fitted or the run predates the param."""
-    used = {name for name in params.get(NETWORKS_PARAM, "").split(",") if name}
+    used = {name for name in params.get("fit.loss_networks", "").split(",") if name}
     if not used or not fitted:
         return ()
     return tuple(m for m in metrics if measured_with(m, params) & used)
