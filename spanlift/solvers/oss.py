@@ -25,7 +25,7 @@ path's points counted in fine steps above τ_M, each position k takes
 ⌊(a_k^{(⌊S/2⌋)} + a_k^{(⌊S/2⌋−1)}) / 2⌋ over the sorted values of the S samples (0-based order
 statistics): the two middle values averaged for even S, the middle and the one below for odd S.
 The chosen σ_0 = τ_{M − a_N} can lie below σ_max: the base starts there from x moved as above
-(`start`), so an OSS rollout spends the base's NFE on the chosen grid from the chosen start.
+(`initial_state`), so an OSS rollout spends the base's NFE on the chosen grid from the chosen start.
 """
 
 from collections.abc import Iterable, Iterator
@@ -155,11 +155,11 @@ class OSS(GridSearch):
             raise SettingsError(f"oss chose {chosen.tolist()} for the grid {grid.tolist()}")
         grid.copy_(chosen)
 
-    def start(self, x: Tensor) -> Tensor:
+    def initial_state(self, x: Tensor) -> Tensor:
         """x at σ_max moved to the chosen σ_0 as a flow latent: x (1 + σ_0) / (1 + σ_max)."""
         ratio = (1 + self.sigmas[0]) / (1 + self.top)  # exactly 1 unsearched: x unchanged
         return x * ratio.to(x.dtype)
 
     def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
         """The base's rollout on the chosen grid, from the chosen start."""
-        return self.base.steps(denoiser, self.start(x))
+        return self.base.steps(denoiser, self.initial_state(x))
