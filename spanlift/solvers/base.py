@@ -188,6 +188,11 @@ class Solver(nn.Module):
         solver is fitted even without trainable parameters. False here."""
         return False
 
+    def initial_state(self, x: Tensor) -> Tensor:
+        """The state the rollout begins from, for x at the σ_0 the solver was built on: x itself.
+        A searched OSS begins lower on its grid, from x rescaled (oss.py)."""
+        return x
+
     def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
         """Called once by a fit before its first update, with the training noise in batches:
         (the model for that batch, its states x = σ_max · noise at σ_max). A search that chooses
@@ -211,6 +216,7 @@ class Solver(nn.Module):
         (a solver's per-step arithmetic on σ is otherwise mostly reading it again)."""
         history: History = []
         self.__dict__["_rollout_grid"] = {None: self.grid()}
+        x = self.initial_state(x)
         try:
             for i in range(self.num_steps):
                 history = [self.evaluate(denoiser, x, i), *history][: self.buffer_size]

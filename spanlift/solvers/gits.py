@@ -36,6 +36,7 @@ them. Its warm-up teacher is iPNDM of its default order 4 on 61 points; here `te
 """
 
 import math
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -128,18 +129,113 @@ def check_coeff(coeff: float) -> float:
     return float(coeff)
 
 
-def searchable(sigmas: Tensor | Grid) -> FixedGrid | LearnedGrid:
-    """The grid GITS writes its search into: a tensor as a fixed grid, or the fixed or learned
-    grid it is handed (LD3 over GITS); a grid computed from another solver is refused."""
+def searchable(sigmas: Tensor | Grid, solver: str = "gits") -> FixedGrid | LearnedGrid:
+    """The grid a search writes into: a tensor as a fixed grid, or the fixed or learned grid it is
+    handed (LD3 over GITS); a grid computed from another solver is refused."""
     if isinstance(sigmas, FixedGrid | LearnedGrid):
         return sigmas
     if isinstance(sigmas, Grid):
-        raise SettingsError("gits searches its own grid; it cannot step on another solver's")
+        raise SettingsError(f"{solver} searches its own grid; it cannot step on another solver's")
     return FixedGrid(sigmas)
 
 
+class GridSearch(OnBase):
+    """A base solver on the grid a search picks over a fine grid τ_0 > … > τ_M (`fine_steps` steps
+    of `fine_schedule` between the grid's ends) from a teacher's warm-up there (GITS, OSS).
+
+    `search(fine, teacher, batches)` returns the σ it chose for the points σ_0 … σ_{N'} (N' = N,
+    or N − 1 on a grid ending at σ = 0, whose last step is kept); `place` writes them into the grid
+    the base steps on. A fit calls `prepare` once before its first update with the training noise;
+    the chosen σ are a buffer, so the solver checkpoints and reloads like any fitted one, and
+    `searched` records that it ran (a searched solver keeps its grid). Unsearched, it is its base
+    on the base schedule.
+    """
+
+    def __init__(
+        self,
+        sigmas: Tensor | Grid,
+        channels: int,
+        base: str,
+        base_settings: dict[str, Any] | None,
+        teacher: str,
+        teacher_settings: dict[str, Any] | None,
+        fine_steps: int,
+        fine_schedule: str,
+    ) -> None:
+        super().__init__(
+            build_base(self.name, base, searchable(sigmas, self.name), channels, base_settings)
+        )
+        self.teacher, self.teacher_settings = teacher, dict(teacher_settings or {})
+        check_settings(teacher, self.teacher_settings)
+        searched_steps = self.num_steps - int(self.ends_at_zero)
+        self.fine_steps = check_positive(f"{self.name} fine_steps", fine_steps)
+        if fine_steps < searched_steps:
+            raise SettingsError(
+                f"{self.name} fine_steps must be at least the {searched_steps} steps it chooses, "
+                f"got {fine_steps}"
+            )
+        if ends_at_zero(fine_schedule):
+            raise SettingsError(
+                f"{self.name} fine_schedule must end above σ = 0, got {fine_schedule!r}"
+            )
+        self.fine_schedule, self.channels = fine_schedule, channels
+        self.register_buffer("searched", torch.tensor(False))
+
+    @property
+    def searches(self) -> bool:
+        return True
+
+    @property
+    def searched_steps(self) -> int:
+        """N': the steps the search chooses (a last step to σ = 0 is kept, not searched)."""
+        return self.num_steps - int(self.ends_at_zero)
+
+    def fine_grid(self) -> Tensor:
+        """τ_0 … τ_M: the fine schedule between the ends of the grid the search covers."""
+        grid = self.sigmas.detach()
+        top, bottom = float(grid[0]), float(grid[-2] if self.ends_at_zero else grid[-1])
+        fine = SCHEDULES.get(self.fine_schedule)(self.fine_steps, bottom, top)
+        fine[0], fine[-1] = top, bottom  # exactly the grid's ends, not their rounding
+        return fine.to(grid.device)
+
+    @abstractmethod
+    def search(
+        self, fine: Tensor, teacher: Solver, batches: Iterable[tuple[Denoiser, Tensor]]
+    ) -> Tensor:
+        """The chosen σ_0 … σ_{N'} (points of `fine`), from the training states at σ_max."""
+
+    def place(self, chosen: Tensor) -> None:
+        """Write the chosen grid (σ = 0 appended where the grid ends there) into the base's grid."""
+        self.grid.assign(chosen)
+
+    @torch.no_grad()
+    def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
+        """Search the grid on the training states at σ_max, batch by batch; once: a searched
+        solver keeps its grid."""
+        if bool(self.searched):
+            return
+        fine = self.fine_grid()
+        teacher = SOLVERS.get(self.teacher).build(fine, self.channels, **self.teacher_settings)
+        chosen = self.search(fine, teacher, batches)
+        if self.ends_at_zero:
+            chosen = torch.cat([chosen, chosen.new_zeros(1)])
+        self.place(chosen)
+        self.searched.fill_(True)
+
+    def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
+        """The base's own rollout, on the (searched) grid."""
+        return self.base.steps(denoiser, x)
+
+    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
+        return self.base.direction(i, x, history, denoiser)
+
+
+def no_samples(name: str) -> SettingsError:
+    return SettingsError(f"{name} needs training noise to search its grid; it was given none")
+
+
 @SOLVERS.register("gits")
-class GITS(OnBase):
+class GITS(GridSearch):
     """GITS: a base solver on the grid a DP picks over a fine grid from teacher warm-up paths."""
 
     citation = "Chen et al., ICML 2024 (GITS)"
@@ -159,60 +255,28 @@ class GITS(OnBase):
         metric: str = "dev",
         coeff: float = 1.15,
     ) -> None:
-        super().__init__(build_base(self.name, base, searchable(sigmas), channels, base_settings))
-        self.teacher, self.teacher_settings = teacher, dict(teacher_settings or {})
-        check_settings(teacher, self.teacher_settings)
-        searched_steps = self.num_steps - int(self.ends_at_zero)
-        self.fine_steps = check_positive("gits fine_steps", fine_steps)
-        if fine_steps < searched_steps:
-            raise SettingsError(
-                f"gits fine_steps must be at least the {searched_steps} steps it chooses, got {fine_steps}"
-            )
-        if ends_at_zero(fine_schedule):
-            raise SettingsError(f"gits fine_schedule must end above σ = 0, got {fine_schedule!r}")
-        self.fine_schedule, self.channels = fine_schedule, channels
+        super().__init__(
+            sigmas,
+            channels,
+            base,
+            base_settings,
+            teacher,
+            teacher_settings,
+            fine_steps,
+            fine_schedule,
+        )
         self.metric = METRICS.get(metric)
         self.coeff = check_coeff(coeff)
-        self.register_buffer("searched", torch.tensor(False))
 
-    @property
-    def searches(self) -> bool:
-        return True
-
-    def fine_grid(self) -> Tensor:
-        """τ_0 … τ_M: the fine schedule between the ends of the grid the search covers."""
-        grid = self.sigmas.detach()
-        top, bottom = float(grid[0]), float(grid[-2] if self.ends_at_zero else grid[-1])
-        fine = SCHEDULES.get(self.fine_schedule)(self.fine_steps, bottom, top)
-        fine[0], fine[-1] = top, bottom  # exactly the grid's ends, not their rounding
-        return fine.to(grid.device)
-
-    @torch.no_grad()
-    def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
-        """Search the grid on the training states at σ_max, batch by batch (the cost is the mean
-        over all samples); once: a searched GITS keeps its grid."""
-        if bool(self.searched):
-            return
-        fine = self.fine_grid()
-        teacher = SOLVERS.get(self.teacher).build(fine, self.channels, **self.teacher_settings)
+    def search(
+        self, fine: Tensor, teacher: Solver, batches: Iterable[tuple[Denoiser, Tensor]]
+    ) -> Tensor:
+        """The DP's points on the mean cost over all samples."""
         total, samples = torch.zeros(len(fine), len(fine), dtype=torch.float64), 0
         for denoiser, x in batches:
             states, derivatives = warm_up(teacher.to(x.device), denoiser, x)
             total += len(x) * cost_matrix(fine, states, derivatives, self.metric)
             samples += len(x)
         if not samples:
-            raise SettingsError("gits needs training noise to search its grid; it was given none")
-        cost = total / samples
-        path = dynamic_programming(cost, self.num_steps - int(self.ends_at_zero), self.coeff)
-        chosen = fine[path]
-        if self.ends_at_zero:
-            chosen = torch.cat([chosen, chosen.new_zeros(1)])
-        self.grid.assign(chosen)
-        self.searched.fill_(True)
-
-    def steps(self, denoiser: Denoiser, x: Tensor) -> Iterator[Step]:
-        """The base's own rollout, on the (searched) grid."""
-        return self.base.steps(denoiser, x)
-
-    def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
-        return self.base.direction(i, x, history, denoiser)
+            raise no_samples(self.name)
+        return fine[dynamic_programming(total / samples, self.searched_steps, self.coeff)]

@@ -81,6 +81,10 @@ class OnBase(Solver):
     def searches(self) -> bool:
         return self.base.searches
 
+    def initial_state(self, x: Tensor) -> Tensor:
+        """The base's start (an OSS base begins below σ_max)."""
+        return self.base.initial_state(x)
+
     def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
         """The base's preparation (a GITS base searches its grid)."""
         self.base.prepare(batches)
