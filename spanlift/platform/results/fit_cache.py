@@ -25,6 +25,10 @@ from spanlift.solvers import Solver, SolverSpec, read_checkpoint
 from spanlift.solvers.loading import SigmaRange, build, is_learnable, on_fitted_base
 
 
+SECONDS_HISTORY = "fit.seconds"
+"""The metric history of the fit seconds at each validation, step-aligned with `val_loss`."""
+
+
 @dataclass(frozen=True)
 class Fitted:
     """A solver as fitted: built once, with the checkpoint's weights when it has parameters."""
@@ -40,6 +44,7 @@ class Fitted:
     memory: dict[str, Any] = field(default_factory=dict)  # the fit's memory plan, as recorded
     iterations_run: int | None = None  # iterations the fit ran (None: not recorded)
     stopped_by: str | None = None  # "rule" (stopping rule) or "cap" (iterations)
+    validation_seconds: dict[int, float] = field(default_factory=dict)  # fit seconds of each
 
     @classmethod
     def from_checkpoint(
@@ -66,6 +71,7 @@ class Fitted:
             dict(metadata.get("memory", {})),
             metadata.get("iterations_run"),
             metadata.get("stopped_by"),
+            dict(metadata.get("validation_seconds", {})),
         )
 
     @property
@@ -91,8 +97,13 @@ class Fitted:
         return {**self.memory, **ended}
 
     def histories(self) -> dict[str, Any] | None:
-        """The train loss per iteration and the validation loss where it was measured."""
-        curves = {"loss": self.losses, "val_loss": self.validation}
+        """The train loss per iteration, the validation loss where it was measured and, at the
+        same steps, the fit seconds it was measured at (`fit.seconds`)."""
+        curves = {
+            "loss": self.losses,
+            "val_loss": self.validation,
+            SECONDS_HISTORY: self.validation_seconds,
+        }
         return {name: values for name, values in curves.items() if values} or None
 
 
