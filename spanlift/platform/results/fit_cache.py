@@ -21,12 +21,13 @@ from typing import Any
 
 from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.storage import Storage
+from spanlift.platform.tracking.histories import (
+    SECONDS_HISTORY,
+    TRAIN_HISTORY,
+    VALIDATION_HISTORY,
+)
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint
 from spanlift.solvers.loading import SigmaRange, build, is_learnable, on_fitted_base
-
-
-SECONDS_HISTORY = "fit.seconds"
-"""The metric history of the fit seconds at each validation, step-aligned with `val_loss`."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Fitted:
     iterations_run: int | None = None  # iterations the fit ran (None: not recorded)
     stopped_by: str | None = None  # "rule" (stopping rule) or "cap" (iterations)
     validation_seconds: dict[int, float] = field(default_factory=dict)  # fit seconds of each
+    # validation, by iteration
+    base_seconds: float = 0.0  # a two-stage fit's base fit seconds, as its checkpoint records
 
     @classmethod
     def from_checkpoint(
@@ -72,6 +75,7 @@ class Fitted:
             metadata.get("iterations_run"),
             metadata.get("stopped_by"),
             dict(metadata.get("validation_seconds", {})),
+            float(metadata.get("base_fit_seconds", 0.0)),
         )
 
     @property
@@ -98,11 +102,13 @@ class Fitted:
 
     def histories(self) -> dict[str, Any] | None:
         """The train loss per iteration, the validation loss where it was measured and, at the
-        same steps, the fit seconds it was measured at (`fit.seconds`)."""
+        same steps, the seconds since the whole fit started (`fit.seconds`: a two-stage fit's
+        base first)."""
+        seconds = {i: self.base_seconds + s for i, s in self.validation_seconds.items()}
         curves = {
-            "loss": self.losses,
-            "val_loss": self.validation,
-            SECONDS_HISTORY: self.validation_seconds,
+            TRAIN_HISTORY: self.losses,
+            VALIDATION_HISTORY: self.validation,
+            SECONDS_HISTORY: seconds,
         }
         return {name: values for name, values in curves.items() if values} or None
 
