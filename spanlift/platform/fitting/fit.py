@@ -352,11 +352,11 @@ def update_loop(
                 best["state"] = state_copy(solver)
                 seconds = result.validation_seconds[done]
                 keep_state(result, done, seconds, best["loss"], best["state"])
-        elif validation is None and last:  # nothing held out: the last state is the one kept
-            keep_state(result, done, time.perf_counter() - start, math.nan, state_copy(solver))
             best = patience_counted(best, groups)
             if settings.patience and best["stale"] >= settings.patience and not last:
                 last, result.stopped_by = True, "rule"
+        elif validation is None and last:  # nothing held out: the last state is the one kept
+            keep_state(result, done, time.perf_counter() - start, math.nan, state_copy(solver))
         if last:
             result.stopped_by = result.stopped_by or "cap"
         if last and best["state"] is not None:
