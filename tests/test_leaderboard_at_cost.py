@@ -237,6 +237,8 @@ def test_curves_draw_a_panel_per_backbone_and_nfe(store) -> None:
     curves = [line for line in three.get_lines() if len(line.get_xdata()) > 2]
     assert len(curves) == 3  # a line per fit: two DyWeight seeds, one SpanLift
     assert curves[0].get_color() == curves[1].get_color() != curves[2].get_color()
+    (other,) = [line for line in four.get_lines() if len(line.get_xdata()) > 2]
+    assert other.get_color() == curves[0].get_color()  # DyWeight in one colour in every panel
     assert list(curves[0].get_xdata()) == [0.0, 0.5, 1.0]
     legend = [t.get_text() for t in three.get_legend().get_texts()]
     assert legend == ["DyWeight (2 fits)", "SpanLift", "--at-cost 0.7 s"]

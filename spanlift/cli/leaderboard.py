@@ -1,5 +1,6 @@
 """`spanlift leaderboard`: each solver's configuration chosen on validation seeds, ranked by its
-test value with intervals and ties, from MLflow; as a table for the console or a paper."""
+test value with intervals and ties, from MLflow; as a table for the console or a paper, or, with
+`--at-cost T`, ranked at the states the fits had kept after T seconds (`tracking/at_cost.py`)."""
 
 import argparse
 import sys
@@ -98,7 +99,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
         heading = (
             f"at {args.at_cost:g} s of fit: each learned solver's chosen configuration at the "
             f"state its fit had kept by then, its {args.metric} scored again on the test seeds; "
-            "analytic solvers as recorded; beside each row its rank and value at convergence"
+            "analytic solvers as recorded; fit: what each fit had spent by then; beside each "
+            "row its rank and value at convergence"
         )
         for line in left_out:
             print(line)

@@ -56,9 +56,9 @@ def kept_iteration(client: MlflowClient, run_id: str) -> int | None:
 
 
 def loss_name(client: MlflowClient, run_id: str) -> str:
-    """The loss the fit validated on, as its run records it (`loss` or `fit.loss`)."""
+    """The loss the fit validated on, as its run records it (`loss` or `fit.loss`; "" if not)."""
     params = client.get_run(run_id).data.params
-    return params.get("loss") or params.get("fit.loss") or "loss"
+    return params.get("loss") or params.get("fit.loss") or ""
 
 
 def plot_curves(
@@ -85,9 +85,11 @@ def curves_figure(
     rows = math.ceil(len(panels) / columns)
     figure = Figure(figsize=(6.4 * columns, 4.6 * rows + 0.6))
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    names = dict.fromkeys(display_name(e.solver, e.configuration) for e in learned)
+    colours = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one per solver, all panels
     notes: list[str] = []
     for ax, ((backbone, nfe), part) in zip(axes, panels.items(), strict=False):
-        notes += draw_panel(client, ax, part, f"{backbone}, NFE {nfe}", at_cost)
+        notes += draw_panel(client, ax, part, f"{backbone}, NFE {nfe}", colours, at_cost)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     figure.suptitle(textwrap.fill(TITLE, 75 * columns), fontsize=10)
@@ -96,11 +98,18 @@ def curves_figure(
 
 
 def draw_panel(
-    client: MlflowClient, ax: object, part: list[Entry], title: str, at_cost: float | None
+    client: MlflowClient,
+    ax: object,
+    part: list[Entry],
+    title: str,
+    colours: dict[str, str],
+    at_cost: float | None,
 ) -> list[str]:
-    """One panel: a colour per row, a line per replicate; the lines naming undrawn rows."""
-    notes, drawn, loss = [], [], "loss"
-    for colour, e in enumerate(part):
+    """One panel: a colour per solver (`colours`, by display name), a line per replicate; the
+    lines naming undrawn rows."""
+    notes, drawn, loss = [], [], ""
+    for e in part:
+        colour = colours[display_name(e.solver, e.configuration)]
         curves = {run: curve_of(client, run) for run in e.run_ids}
         missing = [run for run, curve in curves.items() if curve is None]
         if missing:
@@ -114,14 +123,13 @@ def draw_panel(
             label = display_name(e.solver, e.configuration) if n == 0 else None
             if label and len(e.run_ids) > 1:
                 label += f" ({len(e.run_ids)} fits)"
-            ax.plot(curve["seconds"], curve["value"], color=f"C{colour}", lw=1.2, label=label)
+            ax.plot(curve["seconds"], curve["value"], ".-", color=colour, ms=3, lw=1.2, label=label)
             kept = kept_iteration(client, run)
             if kept in curve.index:
-                ax.plot(
-                    curve.loc[kept, "seconds"], curve.loc[kept, "value"], "o", color=f"C{colour}"
-                )
+                ax.plot(curve.loc[kept, "seconds"], curve.loc[kept, "value"], "o", color=colour)
             drawn.append(curve["value"])
-    ax.set(title=title, xlabel="fit seconds", ylabel=f"validation loss ({loss})")
+    ylabel = f"validation loss ({loss})" if loss else "validation loss"
+    ax.set(title=title, xlabel="fit seconds", ylabel=ylabel)
     if not drawn:
         ax.text(0.5, 0.5, "no timed curve recorded", ha="center", transform=ax.transAxes)
         return notes
