@@ -18,7 +18,7 @@ from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import Score, score
 from spanlift.platform.sampling.teacher import TeacherSet, teacher_for
-from spanlift.solvers import Solver, SolverSpec, save_solver
+from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
 from spanlift.solvers.loading import build
 
 
@@ -58,7 +58,7 @@ def fit_spec(
         teacher = teacher_for(solver, train, backbone, cache)
         held = None if validation is None else teacher_for(solver, validation, backbone, cache)
         result = fit(solver, backbone, teacher, settings, progress=progress, validation=held)
-        save_solver(out, solver, metadata=fit_record(result, settings))
+        save_solver(out, solver, metadata=fit_record(result, settings, solver))
         return Fitted.from_checkpoint(solver, out, result.seconds)
 
     configuration = fit_configuration(spec, backbone, train, settings, validation)
@@ -92,19 +92,33 @@ def fit_configuration(
     )
 
 
-def fit_record(result: FitResult, settings: FitSettings) -> dict:
-    """What a fitted checkpoint keeps of its fit: settings, curves, the kept iteration, how long
-    it ran and what ended it."""
+def fit_record(result: FitResult, settings: FitSettings, solver: Solver) -> dict:
+    """What a fitted checkpoint keeps of its fit: settings, curves (the validation loss with the
+    fit seconds of each point), the kept iteration, how long it ran and what ended it, the states
+    it kept on its way (`FitResult.kept`), and a two-stage fit's base fit seconds."""
     return {
         "fit": settings.to_dict(),
         "losses": result.losses,
         "validation": result.validation,
+        "validation_seconds": result.validation_seconds,
         "best_iteration": result.best_iteration,
         "fit_seconds": result.seconds,
         "memory": result.memory,
         "iterations_run": result.iterations_run,
         "stopped_by": result.stopped_by,
+        "kept_states": result.kept,
+        "base_fit_seconds": base_fit_seconds(solver.spec),
     }
+
+
+def base_fit_seconds(spec: SolverSpec) -> float:
+    """The seconds the fitted base of a two-stage solver took (its checkpoint's record; 0 for a
+    solver on no fitted base, or a base checkpoint that records none), so the states of the
+    second stage are timed from the start of the whole fit."""
+    path = spec.settings.get("base_checkpoint")
+    if not path or not Path(path).is_file():
+        return 0.0
+    return float(read_checkpoint(Path(path))["metadata"].get("fit_seconds", 0.0))
 
 
 def compare(

@@ -22,7 +22,11 @@ comparison,
 
 and among the states that do, the fit keeps the one of lowest validation loss; when none does, it
 keeps its starting state (so a solver that starts as its base, like SpanLift, never ends
-significantly worse than its base on seeds it never saw). With `patience` p > 0 the fit stops
+significantly worse than its base on seeds it never saw). Each state the fit keeps on its way is
+kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
+state first, at 0 s), at most `MAX_KEPT` of them (`keep_state`); the time of every validation is
+in `FitResult.validation_seconds`. With these, the states a fit would have ended with had it
+stopped earlier can be scored (`spanlift leaderboard --at-cost`). With `patience` p > 0 the fit stops
 early: after p validations in a row none of which beats the last state that did (at first the
 starting state) by more than that same paired standard error; `iterations` stays the cap.
 AdamW (`weight_decay`, 0: Adam) with linear warm-up and cosine decay, gradient-norm clipping,
@@ -191,6 +195,29 @@ def earns_its_place(start: Tensor, later: Tensor) -> bool:
     return bool(gain.mean() > noise)
 
 
+MAX_KEPT = 32
+"""States a fit keeps on its way at most. A kept state changes only when a validation beats every
+earlier one beyond its noise, so a fit rarely keeps more (300 iterations validated every 25: at
+most 13); past it, the state between the two closest in time is dropped (never the first or the
+newest), so those kept stay spread over the fit. A solver's state is small (SpanLift's operator:
+tens of thousands of parameters), so 32 copies stay a few MB."""
+
+
+def keep_state(
+    result: FitResult, iteration: int, seconds: float, loss: float, state: dict[str, Tensor]
+) -> None:
+    """Add a kept state to `result.kept` (its weights on the CPU); past `MAX_KEPT`, drop the state i (0 < i < last)
+    whose neighbours lie closest in time (smallest seconds[i+1] − seconds[i−1])."""
+    on_cpu = {name: value.cpu() for name, value in state.items()}  # no copy when on the CPU
+    result.kept.append(
+        {"iteration": iteration, "seconds": seconds, "val_loss": loss, "state": on_cpu}
+    )
+    if len(result.kept) > MAX_KEPT:
+        times = [k["seconds"] for k in result.kept]
+        drop = min(range(1, len(times) - 1), key=lambda i: times[i + 1] - times[i - 1])
+        del result.kept[drop]
+
+
 def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in solver.state_dict().items()}
 
@@ -319,12 +346,17 @@ def update_loop(
         if validation is not None and (done % settings.validate_every == 0 or last):
             groups = validation_losses(solver, loss, validation, steps.plan.rollout_batch)
             metrics["val_loss"] = result.validation[done] = mean_loss(groups, validation)
+            result.validation_seconds[done] = time.perf_counter() - start
             if metrics["val_loss"] < best["loss"] and earns_its_place(best["start"], groups):
                 best = {**best, "iteration": done, "loss": metrics["val_loss"]}
                 best["state"] = state_copy(solver)
+                seconds = result.validation_seconds[done]
+                keep_state(result, done, seconds, best["loss"], best["state"])
             best = patience_counted(best, groups)
             if settings.patience and best["stale"] >= settings.patience and not last:
                 last, result.stopped_by = True, "rule"
+        elif validation is None and last:  # nothing held out: the last state is the one kept
+            keep_state(result, done, time.perf_counter() - start, math.nan, state_copy(solver))
         if last:
             result.stopped_by = result.stopped_by or "cap"
         if last and best["state"] is not None:
@@ -385,12 +417,11 @@ def starting_best(
     """The best state before the first update: the starting state scored on the validation set
     (`batch` seeds at a time), or, with nothing held out, a placeholder for the last state."""
     if validation is None:
+        keep_state(result, 0, 0.0, math.nan, state_copy(solver))
         return {"iteration": settings.iterations, "loss": math.inf, "state": None, "start": None}
     start = validation_losses(solver, loss, validation, batch)
     result.validation[0] = mean_loss(start, validation)
-    return {
-        "iteration": 0,
-        "loss": result.validation[0],
-        "state": state_copy(solver),
-        "start": start,
-    }
+    result.validation_seconds[0] = 0.0  # before the fit's clock starts
+    state = state_copy(solver)
+    keep_state(result, 0, 0.0, result.validation[0], state)
+    return {"iteration": 0, "loss": result.validation[0], "state": state, "start": start}

@@ -188,6 +188,8 @@ class Optimization:
             "losses": result.losses,
             "seconds": seconds,
             "validation": result.validation,
+            "validation_seconds": result.validation_seconds,
+            "kept": result.kept,
             "best": best,
             "slack": None if self.slack is None else self.slack.detach().cpu(),
             "memory": dict(result.memory),
@@ -206,6 +208,8 @@ class Optimization:
         result.losses = list(saved["losses"])
         result.seconds = saved["seconds"]
         result.validation = dict(saved["validation"])
+        result.validation_seconds = dict(saved.get("validation_seconds", {}))
+        result.kept = list(saved.get("kept", []))
         result.stopped_by = saved.get("stopped_by", "")
         if self.slack is not None:
             self.slack.data.copy_(saved["slack"])

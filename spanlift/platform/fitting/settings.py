@@ -179,11 +179,21 @@ class FitResult:
     memory: dict[str, Any] = field(default_factory=dict)
     """The memory plan it ran with and, where measured, the peak of its first update
     (`MemoryPlan.params`, `fit.memory.measured_peak_mib`)."""
+    validation_seconds: dict[int, float] = field(default_factory=dict)
+    """Fit seconds at each validation, by iteration (0: before the first update), so the
+    validation curve can be drawn against time."""
+    kept: list["KeptState"] = field(default_factory=list)
+    """The kept state each time it changed, oldest first (`fit.keep_state`)."""
 
 
 Objective = Callable[..., torch.Tensor]
 """(model, batch of the teacher set, input slack δ or None[, groups]) → the scalar loss of the
 batch, or with `groups` (index tensors into the batch) the loss of each group, from one rollout."""
+
+
+KeptState = dict[str, Any]
+"""One state the fit kept on its way: `iteration`, fit `seconds` when it was kept, its
+validation loss `val_loss` (NaN without validation seeds) and the solver's weights `state`."""
 
 
 Best = dict[str, Any]

@@ -21,6 +21,11 @@ from typing import Any
 
 from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.storage import Storage
+from spanlift.platform.tracking.histories import (
+    SECONDS_HISTORY,
+    TRAIN_HISTORY,
+    VALIDATION_HISTORY,
+)
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint
 from spanlift.solvers.loading import SigmaRange, build, is_learnable, on_fitted_base
 
@@ -40,6 +45,9 @@ class Fitted:
     memory: dict[str, Any] = field(default_factory=dict)  # the fit's memory plan, as recorded
     iterations_run: int | None = None  # iterations the fit ran (None: not recorded)
     stopped_by: str | None = None  # "rule" (stopping rule) or "cap" (iterations)
+    validation_seconds: dict[int, float] = field(default_factory=dict)  # fit seconds of each
+    # validation, by iteration
+    base_seconds: float = 0.0  # a two-stage fit's base fit seconds, as its checkpoint records
 
     @classmethod
     def from_checkpoint(
@@ -66,6 +74,8 @@ class Fitted:
             dict(metadata.get("memory", {})),
             metadata.get("iterations_run"),
             metadata.get("stopped_by"),
+            dict(metadata.get("validation_seconds", {})),
+            float(metadata.get("base_fit_seconds", 0.0)),
         )
 
     @property
@@ -91,8 +101,15 @@ class Fitted:
         return {**self.memory, **ended}
 
     def histories(self) -> dict[str, Any] | None:
-        """The train loss per iteration and the validation loss where it was measured."""
-        curves = {"loss": self.losses, "val_loss": self.validation}
+        """The train loss per iteration, the validation loss where it was measured and, at the
+        same steps, the seconds since the whole fit started (`fit.seconds`: a two-stage fit's
+        base first)."""
+        seconds = {i: self.base_seconds + s for i, s in self.validation_seconds.items()}
+        curves = {
+            TRAIN_HISTORY: self.losses,
+            VALIDATION_HISTORY: self.validation,
+            SECONDS_HISTORY: seconds,
+        }
         return {name: values for name, values in curves.items() if values} or None
 
 

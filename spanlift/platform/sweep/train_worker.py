@@ -21,6 +21,7 @@ import torch
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
+from spanlift.platform.fitting.compare import base_fit_seconds
 from spanlift.platform.fitting.fit import FitSettings, FitState, fit
 from spanlift.platform.sampling.teacher import read_teacher
 from spanlift.platform.storage import Storage
@@ -100,10 +101,13 @@ class Reporter:
                 "losses": state["losses"],
                 "fit_seconds": state["seconds"],
                 "validation": state["validation"],
+                "validation_seconds": state["validation_seconds"],
                 "best_iteration": state["best"]["iteration"],
                 "memory": state["memory"],
                 "iterations_run": state["iteration"],
                 "stopped_by": state["stopped_by"],
+                "kept_states": state["kept"],
+                "base_fit_seconds": base_fit_seconds(self.solver.spec),
             }
             save_solver(Path(folder) / SOLVER_FILE, self.solver, metadata=history)
             ray.train.report(

@@ -68,7 +68,7 @@ def fit_in_trial(
         validation=validation,
     )
     with atomic_write(out) as partial:
-        save_solver(partial, solver, metadata=fit_record(result, settings))
+        save_solver(partial, solver, metadata=fit_record(result, settings, solver))
     resumed_from = resume["iteration"] if resume else 0
     storage.discard(path)
     return Fitted.from_checkpoint(solver, out, result.seconds, resumed_from)

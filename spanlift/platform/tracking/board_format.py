@@ -299,16 +299,20 @@ def latex_spread(e: Entry) -> str:
 
 
 def latex_caption(
-    entries: list[Entry], metric: str, parts: list[tuple[tuple[str, str], list[Entry]]]
+    entries: list[Entry],
+    metric: str,
+    parts: list[tuple[tuple[str, str], list[Entry]]],
+    heading: str = "",
 ) -> str:
-    """What the table shows and how it was measured: each group's reference, the notes for the
-    marks used and the protocol."""
+    """What the table shows and how it was measured: `heading` (what the ranking is, where it is
+    not the usual one), each group's reference, the notes for the marks used and the protocol."""
     against = [
         f"{'(' + chr(ord('a') + i) + ') ' if len(parts) > 1 else ''}backbone {backbone}: {metric} "
         f"against {scale or '(not recorded)'}"
         for i, ((backbone, scale), _) in enumerate(parts)
     ]
     sentences = [
+        heading,
         "; ".join(against),
         f"each solver's configuration chosen on validation seeds, ranked by its {metric} on test "
         "seeds: mean ± 95 % interval over its n replicates (the value alone for one run), the "
@@ -326,10 +330,11 @@ def latex(
     metric: str,
     columns: tuple[str, ...] = (),
     label: str = "tab:leaderboard",
+    heading: str = "",
 ) -> str:
     """A `table` float a paper can print: one booktabs `tabular` per group (display names, the
-    best of each NFE in bold) that fits the text width of a one-column article, and the groups'
-    references, the notes and the protocol in its caption. The configuration keys are a
+    best of each NFE in bold) that fits the text width of a one-column article, and `heading`,
+    the groups' references, the notes and the protocol in its caption. The configuration keys are a
     `--columns configuration` column, on request."""
     parts = groups(entries)
     out = [r"\begin{table}[tbp]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{2.5pt}"]
@@ -358,7 +363,9 @@ def latex(
         out.append(r"\end{tabular}")
         if i < len(parts) - 1:
             out.append(r"\par\medskip")
-    out.append(rf"\caption[{tex(metric)} by NFE]{{{latex_caption(entries, metric, parts)}}}")
+    out.append(
+        rf"\caption[{tex(metric)} by NFE]{{{latex_caption(entries, metric, parts, heading)}}}"
+    )
     out.append(rf"\label{{{tex_label(label)}}}")
     out.append(r"\end{table}")
     return "\n".join(out)

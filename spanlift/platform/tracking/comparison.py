@@ -30,10 +30,15 @@ e.g. a diffusers scheduler and spanlift's own loop of the same method), never a 
 
 
 def compare_neighbours(
-    entries: list[Entry], client: MlflowClient, metric: str, mode: str
+    entries: list[Entry],
+    client: MlflowClient,
+    metric: str,
+    mode: str,
+    errors: "ErrorCache | None" = None,
 ) -> list[Entry]:
-    """Each entry with its comparison against the next entry of its group."""
-    errors = ErrorCache(client)
+    """Each entry with its comparison against the next entry of its group; `errors`: runs'
+    per-seed errors already at hand (the others are read from MLflow)."""
+    errors = errors or ErrorCache(client)
     compared = []
     for this, below in zip(entries, [*entries[1:], None], strict=True):
         if below is None or (below.backbone, below.scale, below.nfe) != (
