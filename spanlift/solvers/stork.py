@@ -37,8 +37,7 @@ loop, are AUTHORS_MOMENTS: M_0 = 1 − 1.05e−3, so every step scales the curre
 0.99895. That is the default, as published; tests/test_stork.py recomputes the moments from the
 tables and checks the rollouts against the authors' scheduler.
 
-In x, with ū_i the step's mean velocity (z_{i+1} = z_i + Δ ū_i),
-every step is x_{i+1} = x_i + h_i Δ_i with
+In x, with ū_i the step's mean velocity (z_{i+1} = z_i + Δ ū_i), every step is x_{i+1} = x_i + h_i Δ_i with
 
     Δ_i = (x_i + ū_i) / (1 + σ_i),
 
@@ -46,11 +45,10 @@ since (1 + σ_{i+1}) Δ = h_i / (1 + σ_i) for h_i = σ_{i+1} − σ_i (ū = v_i
 
 The grid is the schedule's: on `edm_to_zero` the last step ends on σ = 0 (t = 0) as the authors'
 always does; on a grid ending at σ_min > 0 it ends there, like every other solver. NFE = N + 1
-(N with AFS, whose v_0 costs nothing); the paper counts the same N + 1 calls.
+(N with AFS, whose v_0 costs nothing), the calls the authors' scheduler makes on the same grid.
 
 Only the authors' default path is offered (flow prediction, solver_order 4, derivative_order 2,
-s = 50);
-`setting_hint` says why each other variant is refused (docs/math.md, "STORK").
+s = 50); `setting_hint` says why each other variant is refused (docs/math.md, "STORK").
 """
 
 from typing import Any
