@@ -251,7 +251,9 @@ def no_samples(name: str) -> SettingsError:
 
 @SOLVERS.register("gits")
 class GITS(GridSearch):
-    """GITS: a base solver on the grid a DP picks over a fine grid from teacher warm-up paths."""
+    """GITS: a base on a DP-searched grid; with AFS, NFE steps by DP + the AFS point by endpoint error.
+
+    The DP runs over a fine grid from teacher warm-up paths (module docstring)."""
 
     citation = "Chen et al., ICML 2024 (GITS)"
     title = "GITS"

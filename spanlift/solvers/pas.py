@@ -80,7 +80,9 @@ def pca_basis(rows: Tensor, direction: Tensor, flip: Tensor, components: int) ->
 
 @SOLVERS.register("pas")
 class PAS(OnBase):
-    """PAS: the base's direction corrected in a PCA basis of the trajectory by learned coordinates."""
+    """PAS: the base's Δ in a PCA basis of the trajectory, from the first step with K − 1 rows on.
+
+    Learned coordinates per corrected step; with x_T and K = 4 from step 1, as onefly123/PAS."""
 
     citation = "Wang et al., ICML 2025 (PAS)"
     title = "PAS"
