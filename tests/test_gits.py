@@ -52,18 +52,25 @@ def upper_to_matrix(values: list[float], size: int) -> torch.Tensor:
     return matrix
 
 
-def test_search_on_the_gmm_equals_the_reference(reference_gmm):
+@pytest.fixture(scope="module")
+def reference_warm_up(reference_gmm):
+    """The reference's warm-up noise at σ_max, the fine grid (61 EDM points) and spanlift's
+    warm-up on it with gits-main's teacher, iPNDM of order 4."""
+    noise = torch.randn(
+        64, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64
+    )
+    x = reference_gmm.prior(noise)
+    fine = GITS(edm_polynomial(6, 0.002, 80.0)).fine_grid()
+    states, derivatives = warm_up(SOLVERS.get("ipndm")(fine, order=4), reference_gmm.denoise, x)
+    return x, fine, states, derivatives
+
+
+def test_search_on_the_gmm_equals_the_reference(reference_gmm, reference_warm_up):
     """The warm-up (iPNDM order 4 on 61 EDM points), the cost matrix of each metric and the DP's
     points, from the reference's warm-up noise. The reference steps with float32 σ and stores the
     cost in float32: measured gaps ≤ 5e-6 of the largest cost."""
     search = REFERENCE["search"]
-    noise = torch.randn(
-        64, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64
-    )
-    gits = GITS(edm_polynomial(6, 0.002, 80.0), base_settings={"order": 4})
-    fine = gits.fine_grid()
-    teacher = SOLVERS.get("ipndm")(fine, order=4)
-    states, derivatives = warm_up(teacher, reference_gmm.denoise, reference_gmm.prior(noise))
+    x, fine, states, derivatives = reference_warm_up
     for metric in ("dev", "l2", "l1"):
         expected = upper_to_matrix(search[metric]["cost_upper"], len(fine))
         cost = cost_matrix(fine, states, derivatives, METRICS.get(metric))
@@ -72,9 +79,59 @@ def test_search_on_the_gmm_equals_the_reference(reference_gmm):
     searched = GITS(
         edm_polynomial(6, 0.002, 80.0), base_settings={"order": 4}, teacher_settings={"order": 4}
     )
-    searched.prepare([(reference_gmm.denoise, reference_gmm.prior(noise))])
+    searched.prepare([(reference_gmm.denoise, x)])
     assert torch.equal(searched.sigmas, fine[search["dev"]["indices"]])
     assert bool(searched.searched)
+
+
+def afs_gits(nfe: int, **settings) -> GITS:
+    """iPNDM order 4 with AFS at `nfe` (nfe + 1 steps), as gits-main's AFS runs sample."""
+    return GITS(
+        edm_polynomial(nfe + 1, 0.002, 80.0), base_settings={"order": 4, "afs": True}, **settings
+    )
+
+
+@pytest.mark.parametrize("nfe", [4, 5, 6])
+def test_the_afs_point_equals_the_reference(reference_gmm, reference_warm_up, nfe):
+    """With AFS the DP picks NFE steps and one point is put after σ_max, the one whose rollout ends
+    nearest the teacher's endpoint: gits-main's points (at NFE 4 through the whole search), and
+    its endpoint errors at its best three points (it steps with float32 σ: measured ≤ 2e-5
+    apart, where its best two differ by 7e-4 or more)."""
+    reference = REFERENCE["afs"]["teacher_without_afs"][str(nfe)]
+    x, fine, states, derivatives = reference_warm_up
+    path = dynamic_programming(
+        cost_matrix(fine, states, derivatives, METRICS.get("dev")), nfe, 1.15
+    )
+    assert path == reference["dp"]
+    gits, warmed = (
+        afs_gits(nfe, teacher_settings={"order": 4}),
+        [(reference_gmm.denoise, x, states[-1])],
+    )
+    if nfe == 4:
+        gits.prepare([(reference_gmm.denoise, x)])
+        assert torch.equal(gits.sigmas, fine[reference["dp_list"]])
+        assert gits.num_steps == nfe + 1 and gits.nfe == nfe
+    else:
+        assert gits.afs_point(fine, path, warmed) == reference["dp_list"][1]
+    best = sorted(reference["candidates"], key=lambda c: c["error"])[:3]
+    errors = [gits.endpoint_error(fine[[0, c["k"], *path[1:]]], warmed) for c in best]
+    expected = [c["error"] for c in best]
+    torch.testing.assert_close(torch.tensor(errors), torch.tensor(expected), rtol=1e-4, atol=0)
+
+
+def test_a_teacher_with_afs_leaves_no_room_for_the_afs_point(reference_gmm, reference_warm_up):
+    """gits-main run as it is hands the student's AFS to its warm-up teacher: the teacher's free
+    first step costs nothing, the DP takes σ_1 of the fine grid, and no AFS point fits before it
+    (gits-main then samples with one evaluation fewer); spanlift refuses, in one line."""
+    x, fine = reference_warm_up[:2]
+    teacher = SOLVERS.get("ipndm")(fine, order=4, afs=True)
+    states, derivatives = warm_up(teacher, reference_gmm.denoise, x)
+    cost = cost_matrix(fine, states, derivatives, METRICS.get("dev"))
+    assert abs(cost[0, 1]) < 1e-12 * cost.abs().max()
+    path = dynamic_programming(cost, 4, 1.15)
+    assert path == REFERENCE["afs"]["unmodified"]["4"]["dp_list"]
+    with pytest.raises(SettingsError, match="no fine point between σ_0 and its first searched"):
+        afs_gits(4).afs_point(fine, path, [(reference_gmm.denoise, x, states[-1])])
 
 
 def test_ipndm_on_the_readme_grid_equals_the_reference_sampler(reference_gmm):
@@ -136,6 +193,22 @@ def test_the_search_keeps_a_last_step_to_zero_and_sets_a_learned_grid(gmm):
     gits.prepare([(gmm.denoise, x[:5]), (gmm.denoise, x[5:])])  # batches: the same mean cost
     torch.testing.assert_close(ld3.sigmas.detach(), gits.sigmas, rtol=1e-12, atol=0)
     assert ld3.base.grid.logits.requires_grad, "LD3 goes on learning from the searched grid"
+
+
+def test_with_afs_and_a_last_step_to_zero_the_afs_point_is_inserted_after_sigma_max(gmm):
+    """NFE 4 with AFS on `edm_to_zero`: 5 steps, the last to σ = 0; the DP picks 3 of the 4 steps
+    down to σ_min and the AFS point lies between its first two points, on the fine grid."""
+    x = gmm.prior(noise_like(gmm, 16))
+    gits = build(gmm, 4, "edm_to_zero", fine_steps=12, base_settings={"afs": True})
+    fine = gits.fine_grid()
+    gits.prepare([(gmm.denoise, x)])
+    grid = gits.sigmas
+    assert gits.num_steps == 5 and gits.nfe == 4 and grid[-1] == 0
+    path = [int(torch.isclose(fine, s, rtol=1e-12).nonzero()) for s in grid[:-1]]
+    teacher = SOLVERS.get("ipndm")(fine)
+    cost = cost_matrix(fine, *warm_up(teacher, gmm.denoise, x), METRICS.get("dev"))
+    assert [path[0], *path[2:]] == dynamic_programming(cost, 3, 1.15)
+    assert 0 < path[1] < path[2]
 
 
 @pytest.mark.parametrize(

@@ -32,10 +32,13 @@ def test_the_doctors_fit_check_passes(spec, teacher):
 
 @pytest.mark.parametrize("base", ["heun", "amed", "epd", "epd_plugin"])
 def test_pas_refuses_a_grid_too_short_to_correct_a_step(base):
-    """PAS corrects step i only once the trajectory gives it K rows; on fewer steps (a base that
-    spends two evaluations a step, at NFE 3) it would have nothing to fit."""
+    """PAS corrects step i only once the trajectory gives it K − 1 rows; with K = 4 and without
+    x_T that is step 2, so on two steps (a base that spends two evaluations a step, at NFE 3) it
+    would have nothing to fit; with x_T it corrects step 1."""
     nfe = 3 if base == "heun" else 4  # two steps
+    without_start = SolverSpec("pas", nfe, settings={"base": base, "start": False})
     with pytest.raises(SettingsError, match="corrects no step") as refused:
-        build(SolverSpec("pas", nfe, settings={"base": base}), GMM)
+        build(without_start, GMM)
     assert len(str(refused.value).splitlines()) == 1
     assert "components" in str(refused.value)
+    assert sorted(build(SolverSpec("pas", nfe, settings={"base": base}), GMM).rows) == [1]

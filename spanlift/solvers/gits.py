@@ -18,21 +18,34 @@ The N-step path 0 = m_0 < m_1 < … < m_N = M minimises the cost with later step
 
 followed from m_0 = 0 (the first minimum on ties), and the grid is σ_k = τ_{m_k}.
 
+With a base that takes the analytical first step (AFS: its first step costs no evaluation), the
+DP chooses N − 1 steps, and one more point is put between the first two (GITS's AFS, as in the
+authors' code, which keeps the NFE of the N − 1 steps): the fine point τ_k, 0 < k < m_1, whose grid
+τ_0, τ_k, τ_{m_1}, …, τ_M brings the base's own rollout (AFS included) nearest the teacher's
+endpoint y_M on the warm-up noise,
+
+    k = argmin_{0<k<m_1} mean ‖x̂_k − y_M‖₂     (the first minimum on ties).
+
+With m_1 = 1 there is no such point, and the search is refused (more `fine_steps` leave room).
+
 The search is no gradient fit: a fit calls `prepare` once before its first update with the
 training noise, which runs the warm-up and the DP and writes the chosen σ into the grid the base
 steps on (a buffer, so the solver checkpoints and reloads like any fitted one; `searched` records
 that it ran, and a searched GITS keeps its grid). GITS is a solver over a base, like LD3, and not
 a schedule: a schedule is a pure function of the step count, while the chosen grid depends on the
 model and is state. Unsearched, GITS is its base on the base schedule. A grid ending at σ = 0
-(`edm_to_zero`) keeps that last step; the search covers σ_0 … σ_{N−1}. Handed a learned grid (LD3
-over GITS), the search sets its logits: LD3 then starts from the searched grid.
+(`edm_to_zero`) keeps that last step; the search covers σ_0 … σ_{N−1} (with AFS the endpoint
+compared is the state at σ_{N−1}). Handed a learned grid (LD3 over GITS), the search sets its
+logits: LD3 then starts from the searched grid.
 
 Against diff-sampler's gits-main: its `num_steps` counts time points (the README's 7-point
-CIFAR-10 grid is 6 steps, NFE 6 for iPNDM); spanlift counts steps. Its AFS keeps the DP's N
-steps and inserts one more point between the first two, chosen by the sampled endpoint error;
-here AFS is the base's own setting, which makes N = NFE + 1 steps, and the DP searches all of
-them. Its warm-up teacher is iPNDM of its default order 4 on 61 points; here `teacher` and
-`teacher_settings` (the teacher's own defaults when unset: iPNDM order 3; {order: 4} is gits-main's).
+CIFAR-10 grid is 6 steps, NFE 6 for iPNDM); spanlift counts steps. Its warm-up teacher is iPNDM
+of its default order 4 on 61 points, and with AFS it hands the student's AFS to the teacher too,
+so the teacher's first step is the student's free one, c_{01} = 0, and the DP takes τ_1 as its
+first point, leaving no room for the AFS point (on the Gaussian mixture at NFE 4–6 it then samples
+with one evaluation fewer than it counts); here `teacher` and `teacher_settings` (the teacher's
+own defaults when unset: iPNDM order 3, no AFS; {order: 4} is gits-main's). Its AFS point is
+chosen on its last warm-up batch; here on all the training noise.
 """
 
 import math
@@ -56,6 +69,8 @@ from spanlift.solvers.spec import check_settings, ends_at_zero
 Metric = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """(candidates ŷ, teacher states y, y_0, y_M), each (…, B, D) → the per-row batch mean cost."""
 METRICS: Registry[Metric] = Registry("gits metric")
+Warmed = tuple[Denoiser, Tensor, Tensor]
+"""A warm-up batch: its model, its states x at σ_max and the teacher's endpoints y_M (B, D)."""
 
 
 @METRICS.register("l1")
@@ -236,7 +251,9 @@ def no_samples(name: str) -> SettingsError:
 
 @SOLVERS.register("gits")
 class GITS(GridSearch):
-    """GITS: a base solver on the grid a DP picks over a fine grid from teacher warm-up paths."""
+    """GITS: a base on a DP-searched grid; with AFS, NFE steps by DP + the AFS point by endpoint error.
+
+    The DP runs over a fine grid from teacher warm-up paths (module docstring)."""
 
     citation = "Chen et al., ICML 2024 (GITS)"
     title = "GITS"
@@ -271,12 +288,51 @@ class GITS(GridSearch):
     def search(
         self, fine: Tensor, teacher: Solver, batches: Iterable[tuple[Denoiser, Tensor]]
     ) -> Tensor:
-        """The DP's points on the mean cost over all samples."""
-        total, samples = torch.zeros(len(fine), len(fine), dtype=torch.float64), 0
+        """The DP's points on the mean cost over all samples; with AFS, the DP's N' − 1 steps and
+        the AFS point between its first two."""
+        total, warmed = torch.zeros(len(fine), len(fine), dtype=torch.float64), []
         for denoiser, x in batches:
             states, derivatives = warm_up(teacher.to(x.device), denoiser, x)
             total += len(x) * cost_matrix(fine, states, derivatives, self.metric)
-            samples += len(x)
+            warmed.append((denoiser, x, states[-1]))
+        samples = sum(len(x) for _, x, _ in warmed)
         if not samples:
             raise no_samples(self.name)
-        return fine[dynamic_programming(total / samples, self.searched_steps, self.coeff)]
+        cost, searched = total / samples, self.searched_steps
+        if not (self.afs and searched > 1):
+            return fine[dynamic_programming(cost, searched, self.coeff)]
+        path = dynamic_programming(cost, searched - 1, self.coeff)
+        path.insert(1, self.afs_point(fine, path, warmed))
+        return fine[path]
+
+    def afs_point(self, fine: Tensor, path: list[int], warmed: list[Warmed]) -> int:
+        """k ∈ (0, m_1) whose grid τ_0, τ_k, τ_{m_1}, … brings the base nearest the teacher's
+        endpoint: argmin mean ‖x̂_k − y_M‖₂ over all warm-up samples, the first on ties."""
+        candidates = range(1, path[1])
+        if not candidates:
+            raise SettingsError(
+                f"gits has no fine point between σ_0 and its first searched point σ = "
+                f"{float(fine[path[1]]):.4g} for the AFS step; raise fine_steps"
+            )
+        errors = [self.endpoint_error(fine[[0, k, *path[1:]]], warmed) for k in candidates]
+        return candidates[min(range(len(errors)), key=errors.__getitem__)]
+
+    def endpoint_error(self, chosen: Tensor, warmed: list[Warmed]) -> float:
+        """mean ‖x̂ − y_M‖₂: the base's rollout on `chosen` (σ_0 … σ_{N'}) against the teacher's
+        endpoints, the base stepping on a fixed grid for the while."""
+        holder = self.base
+        while isinstance(holder, OnBase):
+            holder = holder.base
+        original, grid = holder.grid, chosen
+        if self.ends_at_zero:
+            grid = torch.cat([chosen, chosen.new_zeros(1)])
+        holder.grid = FixedGrid(grid).to(chosen.device)
+        try:
+            total = 0.0
+            for denoiser, x, end in warmed:
+                landed = self.base.trajectory(denoiser, x)[len(chosen) - 2].flatten(1)
+                work = torch.promote_types(landed.dtype, torch.float32)
+                total += float((landed.to(work) - end.to(work)).norm(dim=-1).sum())
+        finally:
+            holder.grid = original
+        return total / sum(len(x) for _, x, _ in warmed)

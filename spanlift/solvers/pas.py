@@ -9,13 +9,17 @@ the sampling trajectory:
     u_1 = Δ_i / ‖Δ_i‖,   u_k = GS(v_k; u_1 … u_{k−1}) / ‖·‖,   u_k ← −u_k unless ⟨x_i − x_T, u_k⟩ > 0,
     Δ'_i = ‖Δ_i‖ Σ_k c_{i,k} u_k = c_{i,1} Δ_i + ‖Δ_i‖ Σ_{k≥2} c_{i,k} u_k,
 
-per sample (GS: Gram–Schmidt against the earlier u; ‖·‖ over the whole sample). c (one row of K
+per sample (GS: Gram–Schmidt against the earlier u; ‖·‖ over the whole sample; at step 0, where
+x_i − x_T = 0, u_k ← −u_k unless ⟨x_T, u_k⟩ > 0). c (one row of K
 coordinates per corrected step) is learned, initialised to (1, 0, …, 0), so an untrained PAS is
 its base exactly. The basis is held constant in the gradient (as in the reference, which computes
-it from stored, detached states). A step needs K rows for K − 1 principal directions of centred
-rows: i ≥ K − 1 − [start]. `corrected` lists the steps (default: every step that can be); a grid
-with no such step (two steps of a base that spends two evaluations a step, at NFE 3) is refused
-when PAS is built, since it would leave PAS nothing to fit.
+it from stored, detached states). n rows centred span at most n − 1 principal directions, so a
+step has its K − 1 from i ≥ K − 1 − [start] on; as in the authors' search and sampler, a step
+with only K − 1 rows (i = K − 2 − [start]) is corrected too, with its K − 2 principal directions:
+its u_K, which the rows leave undetermined, is 0 here (c_{i,K} does nothing there). So every step
+from i = max(0, K − 2 − [start]) can be corrected (with x_T and K = 4, the authors' setting, from
+step 1). `corrected` lists the steps (default: every step that can be); a grid with none (K = 4
+without x_T on two steps) is refused when PAS is built, since it would leave PAS nothing to fit.
 The directions taken are read back from the history, Δ'_j = (x_{j+1} − x_j) / h_j, so the rows are
 the trajectory actually followed, whatever solver PAS sits in; its history keeps all N points.
 No model evaluations are added: NFE is the base's.
@@ -27,9 +31,12 @@ coordinates are fitted together through the rollout, supervised by the teacher's
 grid point (`supervision = "trajectory"`, the loss the fit settings name). Its coordinates are
 absolute (c_1 starts at the mean ‖Δ_i‖ of its training set, shared by all samples); here they
 scale each sample's ‖Δ_i‖, which is what makes the untrained PAS its base. Its PCA is
-`torch.pca_lowrank` (randomised: exact only while the rows are at most K); here an exact SVD. It
-may correct one step earlier, where its last principal direction lies in the null space of the
-centred rows (numerically arbitrary).
+`torch.pca_lowrank` (randomised: exact only while the rows are at most K); here an exact SVD. At a
+step with K − 1 rows its last principal direction lies in the null space of the centred rows, and
+its u_K is whatever unit vector orthogonal to the rows that PCA returns (with a sign set by a
+rounding-level inner product; for K = 4 it changes from call to call), scaled by c_{i,K}; here
+that term is left out. At step 0 (x_i = x_T) its flip leaves each u_k the sign its PCA gave, which
+changes from sample to sample; here they point towards x_T.
 Its sampler also appends the uncorrected Δ_i to the rows at a corrected step (its training does
 not); here the rows are those of its training: the directions taken.
 """
@@ -53,24 +60,29 @@ def unit(v: Tensor) -> Tensor:
 
 def pca_basis(rows: Tensor, direction: Tensor, flip: Tensor, components: int) -> Tensor:
     """u_1 … u_K (B, K, D) from `rows` (B, n, D), the direction Δ (B, D) and x_i − x_T (B, D):
-    u_1 = Δ/‖Δ‖, then the top K − 1 principal directions of the centred rows, Gram–Schmidt
-    orthonormalised against the earlier u and flipped to ⟨x_i − x_T, u_k⟩ > 0 (exact SVD)."""
+    u_1 = Δ/‖Δ‖, then the top min(K, n) − 1 principal directions of the centred rows (exact SVD),
+    Gram–Schmidt orthonormalised against the earlier u and flipped to ⟨x_i − x_T, u_k⟩ > 0; the
+    u_k the rows leave undetermined (n < K) are 0."""
     basis = [unit(direction)]
-    if components > 1:
+    determined = min(components, rows.shape[1]) - 1  # n centred rows span n − 1 directions
+    if determined > 0:
         centred = rows - rows.mean(dim=1, keepdim=True)
-        principal = torch.linalg.svd(centred, full_matrices=False).Vh[:, : components - 1]
-        for k in range(components - 1):
+        principal = torch.linalg.svd(centred, full_matrices=False).Vh[:, :determined]
+        for k in range(determined):
             v = principal[:, k]
             for u in basis:
                 v = v - (u * v).sum(-1, keepdim=True) * u
             v = unit(v)
             basis.append(torch.where((flip * v).sum(-1, keepdim=True) > 0, v, -v))
+    basis += [torch.zeros_like(basis[0])] * (components - len(basis))
     return torch.stack(basis, dim=1)
 
 
 @SOLVERS.register("pas")
 class PAS(OnBase):
-    """PAS: the base's direction corrected in a PCA basis of the trajectory by learned coordinates."""
+    """PAS: the base's Δ in a PCA basis of the trajectory, from the first step with K − 1 rows on.
+
+    Learned coordinates per corrected step; with x_T and K = 4 from step 1, as onefly123/PAS."""
 
     citation = "Wang et al., ICML 2025 (PAS)"
     title = "PAS"
@@ -114,12 +126,12 @@ class PAS(OnBase):
         self.coordinates = nn.Parameter(initial)
 
     def first_correctable(self) -> int:
-        """The first step with K rows: i + 1 + [start] ≥ K."""
-        return max(0, self.components - 1 - int(self.start))
+        """The first step with K − 1 rows: i + 1 + [start] ≥ K − 1 (the authors' rule)."""
+        return max(0, self.components - 2 - int(self.start))
 
     def check_corrected(self, corrected: list[int] | None) -> list[int]:
-        """The corrected steps: `corrected`, checked, or every step that has its K rows; a grid
-        with none is refused."""
+        """The corrected steps: `corrected`, checked, or every step that has at least K − 1 rows;
+        a grid with none is refused."""
         first, steps = self.first_correctable(), self.num_steps
         if first >= steps:
             raise SettingsError(
@@ -140,7 +152,7 @@ class PAS(OnBase):
         if not valid or len(set(corrected)) != len(corrected):
             raise SettingsError(
                 f"pas corrected must list distinct steps from {first} to {steps - 1} (the steps "
-                f"with {self.components} rows for the basis), got {corrected!r}"
+                f"with {self.components - 1} rows or more for the basis), got {corrected!r}"
             )
         return sorted(corrected)
 
@@ -160,7 +172,8 @@ class PAS(OnBase):
             work = torch.promote_types(x.dtype, torch.float32)  # no SVD in half precision
             flat = delta.detach().flatten(1).to(work)
             rows = self.trajectory_rows(i, x, history, delta.detach()).to(work)
-            flip = (x - history[-1].x).flatten(1).to(work)
+            start = history[-1].x  # x_T; at step 0, where x_i − x_T = 0, the flip is by x_T
+            flip = (x - start if i > 0 else start).flatten(1).to(work)
             basis = pca_basis(rows, flat, flip, self.components)[:, 1:].to(x.dtype)
         c = self.coordinates[row].to(x.dtype)
         norm = delta.flatten(1).norm(dim=1, keepdim=True)
