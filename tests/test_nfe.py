@@ -19,7 +19,7 @@ def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
 
 def cases():
     for name in NATIVE_SOLVERS:
-        if name in ("spanlift", "ld3", "gits", "pas"):
+        if name in ("spanlift", "ld3", "gits", "pas", "oss"):
             continue
         orders = {
             "ipndm": [1, 2, 3, 4],
@@ -46,7 +46,7 @@ def cases():
     for base in ("euler", "heun", "ipndm", "deis", "dpm_solver_pp", "unipc"):
         for afs in (False, True):
             nfe = 5 if base == "heun" and not afs else 4
-            for name in ("gits", "pas"):
+            for name in ("gits", "pas", "oss"):
                 yield name, nfe, {"base": base, "base_settings": {"afs": afs}}
     for base in ("amed", "epd", "amed_plugin", "epd_plugin"):
         for afs in (False, True):
