@@ -94,7 +94,7 @@ def fit_configuration(
 
 def fit_record(result: FitResult, settings: FitSettings) -> dict:
     """What a fitted checkpoint keeps of its fit: settings, curves, the kept iteration, how long
-    it ran and what ended it."""
+    it ran, what ended it and the gain its validation seeds resolve."""
     return {
         "fit": settings.to_dict(),
         "losses": result.losses,
@@ -104,6 +104,7 @@ def fit_record(result: FitResult, settings: FitSettings) -> dict:
         "memory": result.memory,
         "iterations_run": result.iterations_run,
         "stopped_by": result.stopped_by,
+        "validation_resolves": result.validation_resolves,
     }
 
 

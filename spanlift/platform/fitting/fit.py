@@ -53,6 +53,7 @@ from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.fitting.memory import VALIDATION_BATCH, MemoryPlan, check_stateful_loss
 from spanlift.platform.fitting.memory_plan import memory_plan
 from spanlift.platform.fitting.optimization import Optimization
+from spanlift.platform.fitting.resolution import resolves, warn_if_coarse
 from spanlift.platform.fitting.settings import Best, FitResult, FitState, Objective, Report
 from spanlift.platform.fitting.settings import FitSettings as FitSettings
 from spanlift.platform.sampling.rollout import on_device, solver_device
@@ -191,6 +192,13 @@ def earns_its_place(start: Tensor, later: Tensor) -> bool:
     return bool(gain.mean() > noise)
 
 
+def validation_resolves(best: Best) -> float | None:
+    """The smallest relative gain over the starting state the kept-state rule resolves on these
+    validation seeds (`resolution.resolves` of the starting state's group losses); None without
+    validation seeds."""
+    return None if best.get("start") is None else resolves(best["start"], NOISE_MULTIPLE)
+
+
 def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in solver.state_dict().items()}
 
@@ -272,6 +280,9 @@ def fit_steps(
             best = steps.restore(solver, resume, result)
         else:
             best = starting_best(solver, loss, validation, settings, result, plan.rollout_batch)
+            if validation is not None:
+                warn_if_coarse(validation_resolves(best), len(validation))
+        result.validation_resolves = validation_resolves(best)
         update_loop(
             solver, steps, loss, train, validation, settings, report, progress, best, result
         )

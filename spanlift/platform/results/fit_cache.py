@@ -40,6 +40,7 @@ class Fitted:
     memory: dict[str, Any] = field(default_factory=dict)  # the fit's memory plan, as recorded
     iterations_run: int | None = None  # iterations the fit ran (None: not recorded)
     stopped_by: str | None = None  # "rule" (stopping rule) or "cap" (iterations)
+    validation_resolves: float | None = None  # the relative gain its validation seeds resolve
 
     @classmethod
     def from_checkpoint(
@@ -66,6 +67,7 @@ class Fitted:
             dict(metadata.get("memory", {})),
             metadata.get("iterations_run"),
             metadata.get("stopped_by"),
+            metadata.get("validation_resolves"),
         )
 
     @property
@@ -76,6 +78,8 @@ class Fitted:
     def metrics(self) -> dict[str, float]:
         kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
         ran = {} if self.iterations_run is None else {"fit.iterations_run": self.iterations_run}
+        if self.validation_resolves is not None:
+            ran["fit.validation_resolves"] = self.validation_resolves
         return {
             "fit_seconds": self.seconds,
             "fit_resumed_from": float(self.resumed_from),

@@ -21,7 +21,7 @@ import torch
 
 from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
-from spanlift.platform.fitting.fit import FitSettings, FitState, fit
+from spanlift.platform.fitting.fit import FitSettings, FitState, fit, validation_resolves
 from spanlift.platform.sampling.teacher import read_teacher
 from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.gpu_telemetry import GpuTelemetry
@@ -104,6 +104,7 @@ class Reporter:
                 "memory": state["memory"],
                 "iterations_run": state["iteration"],
                 "stopped_by": state["stopped_by"],
+                "validation_resolves": validation_resolves(state["best"]),
             }
             save_solver(Path(folder) / SOLVER_FILE, self.solver, metadata=history)
             ray.train.report(
