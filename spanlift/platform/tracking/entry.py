@@ -35,3 +35,4 @@ class Entry:
     columns: dict[str, float] = field(default_factory=dict)  # `--columns`: replicates' means
     protocol: dict[str, str] = field(default_factory=dict)  # the chosen run's PROTOCOL_PARAMS
     fit: FitCost | None = None  # the replicates' mean fit cost (None: nothing fitted)
+    test_resolves: float | None = None  # relative 95 % half-width of its RMSE over test seeds
