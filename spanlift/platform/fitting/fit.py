@@ -22,7 +22,9 @@ comparison,
 
 and among the states that do, the fit keeps the one of lowest validation loss; when none does, it
 keeps its starting state (so a solver that starts as its base, like SpanLift, never ends
-significantly worse than its base on seeds it never saw). With `patience` p > 0 the fit stops
+significantly worse than its base on seeds it never saw). The fit records the smallest relative
+gain its validation seeds resolve, from the starting state's group losses, and warns when that is
+above 5 % (`resolution.py`). With `patience` p > 0 the fit stops
 early: after p validations in a row none of which beats the last state that did (at first the
 starting state) by more than that same paired standard error; `iterations` stays the cap.
 AdamW (`weight_decay`, 0: Adam) with linear warm-up and cosine decay, gradient-norm clipping,
