@@ -15,12 +15,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from spanlift.backbones import load_backbone
+from spanlift.backbones import Backbone, load_backbone
 from spanlift.platform.fitting import fit as fit_module
 from spanlift.platform.fitting.compare import fit_spec
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.sampling.score import endpoint_rmse
-from spanlift.platform.sampling.teacher import load_or_generate
+from spanlift.platform.sampling.teacher import TeacherSet, load_or_generate
 from spanlift.seeds import role_seeds
 from spanlift.solvers import SolverSpec
 
@@ -28,15 +28,23 @@ BASE = SolverSpec("dyweight", nfe=5)
 SPANLIFT = SolverSpec("spanlift", nfe=5, settings={"base": "dyweight"})
 
 
-def ratios(multiple: float, seeds: list[int], iterations: int, folder: Path) -> list[float]:
-    """SpanLift's test RMSE over its base's, one per fit seed, under `multiple`."""
-    fit_module.NOISE_MULTIPLE = multiple
-    backbone = load_backbone("gmm")
-    roles = role_seeds(train=1024, validation=256, test=512)
-    teacher = {
+def teacher_sets(
+    folder: Path, backbone_name: str = "gmm", validation: int = 256, test: int = 512
+) -> tuple[Backbone, dict[str, TeacherSet]]:
+    """The backbone and its teacher sets by role: 1 024 training seeds, then `validation`
+    validation and `test` test seeds (`spanlift.seeds`), cached in `folder`."""
+    backbone = load_backbone(backbone_name)
+    roles = role_seeds(train=1024, validation=validation, test=test)
+    return backbone, {
         role: load_or_generate(folder / "teacher", backbone, s, progress=False)
         for role, s in roles.items()
     }
+
+
+def ratios(multiple: float, seeds: list[int], iterations: int, folder: Path) -> list[float]:
+    """SpanLift's test RMSE over its base's, one per fit seed, under `multiple`."""
+    fit_module.NOISE_MULTIPLE = multiple
+    backbone, teacher = teacher_sets(folder)
     out = []
     for seed in seeds:
         settings = FitSettings(iterations=iterations, seed=seed)

@@ -10,14 +10,25 @@ conditioning), so the roles never share a seed:
                         elsewhere, e.g. at 0 for EDM's `generate.py` seeds)
     [3·10⁹, …)          the teacher's own samples as an FID reference
 
-T and V are a sweep's `teacher.train_samples` and `teacher.validation_samples`. Validation seeds
+T and V are a sweep's `teacher.train_samples` and `teacher.validation_samples` (for `spanlift fit`
+and a comparison in Python, V defaults to `VALIDATION_SAMPLES`). Validation seeds
 lie in the training range, so a conditional backbone draws them from its training data, never from
 its held-out data (which the test seeds use), and from other rows of it than the training seeds
 while T + V is at most the data's size. A conditional backbone maps training-range seeds to its
 training data and every other seed to its held-out data (`held_out`).
 """
 
+from collections.abc import Sequence
+
+from spanlift.errors import SettingsError
+
 TEST_SEED_OFFSET = 10**9
+VALIDATION_SAMPLES = 8192
+"""Validation seeds of `spanlift fit` and of a comparison in Python (`fitting/compare.py`) unless
+told otherwise: enough for the kept-state rule to resolve a 5 % gain over the starting state on
+the embedded backbones at NFE 3–6 (`fitting/resolution.py`; DyWeight's start on the mixture
+resolves 1.4–3.8 % on 8 192 seeds, 3.3–10.1 % on 1 024; docs/results.md). A sweep's default stays
+`teacher.validation_samples` (256)."""
 FID_FIRST_SEED = 2 * 10**9
 REFERENCE_FIRST_SEED = 3 * 10**9
 
@@ -43,6 +54,19 @@ def role_seeds(train: int, validation: int, test: int) -> dict[str, range]:
         "validation": range(train, train + validation),
         "test": range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + test),
     }
+
+
+def validation_after(train: Sequence[int], count: int) -> range:
+    """`count` validation seeds following training seeds `train` (`role_seeds`' validation
+    range when `train` is 0 … T − 1); refused where they would reach the test seeds."""
+    last = max(train, default=-1)
+    seeds = role_seeds(last + 1, count, 0)["validation"]
+    if seeds.stop > TEST_SEED_OFFSET:
+        raise SettingsError(
+            f"{count} validation seeds after training seed {last} would reach the test seeds "
+            f"({TEST_SEED_OFFSET}…); pass a validation set"
+        )
+    return seeds
 
 
 def describe(seeds: range) -> str:

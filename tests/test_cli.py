@@ -43,6 +43,7 @@ def small(tmp_path, argv=()):
         "--cache": str(tmp_path / "cache"),
         "--out": str(tmp_path / "out"),
         "--train-samples": "16",
+        "--validation-samples": "8",
         "--test-samples": "8",
         "--iterations": "4",
     }

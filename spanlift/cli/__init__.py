@@ -30,6 +30,7 @@ import atexit
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 
 from spanlift.cli import (
@@ -47,6 +48,7 @@ from spanlift.cli import (
 from spanlift.cli.endings import EXIT_INTERRUPTED, ending, stop_ray, uninterruptible
 from spanlift.cli.options import CommandParser, OneLineErrors
 from spanlift.cli.paths import check_paths
+from spanlift.platform.fitting.resolution import ResolutionWarning
 from spanlift.platform.sweep.stages import Stages
 
 COMMAND_GROUPS = (
@@ -72,8 +74,26 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    line: str | None = None,
+) -> str:
+    """A warning about the user's settings (`ResolutionWarning`) as `spanlift: warning: …`;
+    any other warning as Python formats it."""
+    if issubclass(category, ResolutionWarning):
+        return f"spanlift: warning: {message}\n"
+    return PYTHON_FORMAT(message, category, filename, lineno, line)
+
+
+PYTHON_FORMAT = warnings.formatwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command `argv` names; its exit status (`spanlift.cli.endings`)."""
+    warnings.formatwarning = one_line_warning
     args = argparse.Namespace()
     with Stages() as guard:  # Ctrl-C noted even where the code it interrupts swallows it
         try:

@@ -63,9 +63,10 @@ def fits_kept(args: argparse.Namespace) -> str:
 
 def add_one_fit_options(parser: argparse.ArgumentParser) -> None:
     from spanlift.platform.fitting.fit import FitSettings
+    from spanlift.seeds import VALIDATION_SAMPLES
 
     add_solver_options(parser)
-    add_fit_options(parser, out="runs/fit")
+    add_fit_options(parser, out="runs/fit", validation_samples=VALIDATION_SAMPLES)
     add_field_options(parser, FitSettings, MEMORY_OPTIONS)
     parser.add_argument(
         "--seeds",
@@ -84,8 +85,11 @@ def add_demo_options(parser: argparse.ArgumentParser) -> None:
     add_fit_options(parser, out="runs/demo")
 
 
-def add_fit_options(parser: argparse.ArgumentParser, out: str) -> None:
-    """The backbone, the fit settings (FIT_OPTIONS), the teacher sets and where results go."""
+def add_fit_options(
+    parser: argparse.ArgumentParser, out: str, validation_samples: int | None = None
+) -> None:
+    """The backbone, the fit settings (FIT_OPTIONS), the teacher sets and where results go;
+    `validation_samples`: the command's default validation seeds (None: a sweep's)."""
     from spanlift.platform.fitting.fit import FitSettings
     from spanlift.platform.fitting.losses import LOSSES
     from spanlift.platform.sweep.config import TeacherConfig
@@ -97,7 +101,8 @@ def add_fit_options(parser: argparse.ArgumentParser, out: str) -> None:
         "--loss-option",
         "loss option, e.g. dinov2_path=models/dinov2-base or c=0.1 (values read as YAML)",
     )
-    add_field_options(parser, TeacherConfig, TEACHER_OPTIONS)
+    defaults = {} if validation_samples is None else {"validation_samples": validation_samples}
+    add_field_options(parser, TeacherConfig, TEACHER_OPTIONS, defaults=defaults)
     path_option(parser, "--cache", FOLDER, default=DEFAULT_CACHE, help="teacher cache folder")
     path_option(parser, "--out", FOLDER, default=Path(out), help="folder for checkpoints")
     parser.add_argument(
@@ -186,6 +191,9 @@ def cmd_fit(args: argparse.Namespace) -> None:
         rows.append(row)
         recorded += [(seed, *record(row, replicate))] if record else []
     print(format_table(rows))
+    resolution = resolution_line(rows, len(sets["validation"]))
+    if resolution:
+        print(resolution)
     if len(rows) > 1:
         print(replicate_summary(rows))
     for row in rows:
@@ -241,6 +249,24 @@ def check_seeds(seeds: list[int]) -> list[int]:
     if len(set(seeds)) != len(seeds) or min(seeds) < 0:
         raise SettingsError(f"--seeds must be distinct non-negative integers, got {seeds}")
     return seeds
+
+
+def resolution_line(rows: list[Any], seeds: int) -> str | None:
+    """What the validation seeds resolve (`fit.validation_resolves`, the range over replicates),
+    e.g. `validation: 8192 seeds resolve a gain of 2.1% over the starting state (…)`; None when
+    no fit recorded it (nothing fitted)."""
+    found = sorted(
+        r.fitted.validation_resolves
+        for r in rows
+        if r.fitted is not None and r.fitted.validation_resolves is not None
+    )
+    if not found:
+        return None
+    gain = f"{found[0]:.1%}" if found[0] == found[-1] else f"{found[0]:.1%} to {found[-1]:.1%}"
+    return (
+        f"validation: {seeds} seeds resolve a gain of {gain} over the starting state "
+        "(one paired standard error; fit.validation_resolves)"
+    )
 
 
 def replicate_summary(rows: list[Any]) -> str:

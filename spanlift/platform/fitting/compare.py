@@ -95,7 +95,7 @@ def fit_configuration(
 def fit_record(result: FitResult, settings: FitSettings, solver: Solver) -> dict:
     """What a fitted checkpoint keeps of its fit: settings, curves (the validation loss with the
     fit seconds of each point), the kept iteration, how long it ran and what ended it, the states
-    it kept on its way (`FitResult.kept`), and a two-stage fit's base fit seconds."""
+    it kept on its way (`FitResult.kept`), a two-stage fit's base fit seconds, and the gain its validation seeds resolve."""
     return {
         "fit": settings.to_dict(),
         "losses": result.losses,
@@ -108,6 +108,7 @@ def fit_record(result: FitResult, settings: FitSettings, solver: Solver) -> dict
         "stopped_by": result.stopped_by,
         "kept_states": result.kept,
         "base_fit_seconds": base_fit_seconds(solver.spec),
+        "validation_resolves": result.validation_resolves,
     }
 
 

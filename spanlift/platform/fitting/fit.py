@@ -26,7 +26,9 @@ significantly worse than its base on seeds it never saw). Each state the fit kee
 kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
 state first, at 0 s), at most `MAX_KEPT` of them (`keep_state`); the time of every validation is
 in `FitResult.validation_seconds`. With these, the states a fit would have ended with had it
-stopped earlier can be scored (`spanlift leaderboard --at-cost`). With `patience` p > 0 the fit stops
+stopped earlier can be scored (`spanlift leaderboard --at-cost`). The fit records the smallest relative
+gain its validation seeds resolve, from the starting state's group losses, and warns when that is
+above 5 % (`resolution.py`). With `patience` p > 0 the fit stops
 early: after p validations in a row none of which beats the last state that did (at first the
 starting state) by more than that same paired standard error; `iterations` stays the cap.
 AdamW (`weight_decay`, 0: Adam) with linear warm-up and cosine decay, gradient-norm clipping,
@@ -57,6 +59,7 @@ from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.fitting.memory import VALIDATION_BATCH, MemoryPlan, check_stateful_loss
 from spanlift.platform.fitting.memory_plan import memory_plan
 from spanlift.platform.fitting.optimization import Optimization
+from spanlift.platform.fitting.resolution import resolves, warn_if_coarse
 from spanlift.platform.fitting.settings import Best, FitResult, FitState, Objective, Report
 from spanlift.platform.fitting.settings import FitSettings as FitSettings
 from spanlift.platform.sampling.rollout import on_device, solver_device
@@ -218,6 +221,13 @@ def keep_state(
         del result.kept[drop]
 
 
+def validation_resolves(best: Best) -> float | None:
+    """The smallest relative gain over the starting state the kept-state rule resolves on these
+    validation seeds (`resolution.resolves` of the starting state's group losses); None without
+    validation seeds."""
+    return None if best.get("start") is None else resolves(best["start"], NOISE_MULTIPLE)
+
+
 def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in solver.state_dict().items()}
 
@@ -299,6 +309,9 @@ def fit_steps(
             best = steps.restore(solver, resume, result)
         else:
             best = starting_best(solver, loss, validation, settings, result, plan.rollout_batch)
+            if validation is not None:
+                warn_if_coarse(validation_resolves(best), len(validation))
+        result.validation_resolves = validation_resolves(best)
         update_loop(
             solver, steps, loss, train, validation, settings, report, progress, best, result
         )

@@ -176,6 +176,9 @@ class FitResult:
     stopped_by: str = ""
     """What ended the fit: "rule" (`patience` validations without a gain) or "cap"
     (`iterations`); empty while it runs."""
+    validation_resolves: float | None = None
+    """The smallest relative gain over the starting state its validation seeds resolve
+    (`resolution.py`); None without validation seeds."""
     memory: dict[str, Any] = field(default_factory=dict)
     """The memory plan it ran with and, where measured, the peak of its first update
     (`MemoryPlan.params`, `fit.memory.measured_peak_mib`)."""

@@ -48,6 +48,7 @@ class Fitted:
     validation_seconds: dict[int, float] = field(default_factory=dict)  # fit seconds of each
     # validation, by iteration
     base_seconds: float = 0.0  # a two-stage fit's base fit seconds, as its checkpoint records
+    validation_resolves: float | None = None  # the relative gain its validation seeds resolve
 
     @classmethod
     def from_checkpoint(
@@ -76,6 +77,7 @@ class Fitted:
             metadata.get("stopped_by"),
             dict(metadata.get("validation_seconds", {})),
             float(metadata.get("base_fit_seconds", 0.0)),
+            metadata.get("validation_resolves"),
         )
 
     @property
@@ -86,6 +88,8 @@ class Fitted:
     def metrics(self) -> dict[str, float]:
         kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
         ran = {} if self.iterations_run is None else {"fit.iterations_run": self.iterations_run}
+        if self.validation_resolves is not None:
+            ran["fit.validation_resolves"] = self.validation_resolves
         return {
             "fit_seconds": self.seconds,
             "fit_resumed_from": float(self.resumed_from),

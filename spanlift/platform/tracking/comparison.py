@@ -10,6 +10,14 @@
 
 A row that is not tied is marked `<` (lower than the next, for a metric where lower is better) or
 `>`; the last row of a group, and a pair that cannot be tested, get no mark.
+
+What the test seeds resolve, for a row whose runs stored their errors (the leaderboard's footer
+gives the median over rows): the 95 % half-width of its RMSE relative to itself, by the delta
+method from the n test seeds' squared errors (averaged over its replicates),
+
+    resolves = z_0.975 · sd_s(e_s²) / (2 √n · mean_s e_s²)
+
+so two rows closer than that are told apart only where their errors go together seed by seed.
 """
 
 from dataclasses import replace
@@ -17,8 +25,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 from mlflow.tracking import MlflowClient
+from scipy import stats
 
-from spanlift.platform.statistics import paired_ratio_interval, welch_tied
+from spanlift.platform.statistics import LEVEL, paired_ratio_interval, welch_tied
 from spanlift.platform.tracking.entry import Entry
 from spanlift.platform.tracking.per_sample import read_errors
 
@@ -40,6 +49,7 @@ def compare_neighbours(
     per-seed errors already at hand (the others are read from MLflow)."""
     errors = errors or ErrorCache(client)
     compared = []
+    entries = [with_resolution(e, metric, errors) for e in entries]
     for this, below in zip(entries, [*entries[1:], None], strict=True):
         if below is None or (below.backbone, below.scale, below.nfe) != (
             this.backbone,
@@ -65,6 +75,23 @@ def compare(this: Entry, below: Entry, metric: str, mode: str, errors: "ErrorCac
     if tied is None:
         return this
     return replace(this, vs_next="≈" if tied else better)
+
+
+def resolution_of(errors: np.ndarray) -> float:
+    """z_0.975 · sd(e²) / (2 √n · mean e²) of (replicates × seeds) errors (module docstring)."""
+    squared = np.square(errors).mean(axis=0)
+    z = stats.norm.ppf(0.5 + LEVEL / 2)
+    return float(z * squared.std(ddof=1) / (2 * np.sqrt(len(squared)) * squared.mean()))
+
+
+def with_resolution(entry: Entry, metric: str, errors: "ErrorCache") -> Entry:
+    """The entry with what its test seeds resolve, where its runs stored errors (RMSE only)."""
+    if metric not in PER_SEED:
+        return entry
+    table = errors.aligned(entry.run_ids, ())
+    if table is None or table[0].shape[1] < 2 or not np.square(table[0]).mean() > 0:
+        return entry
+    return replace(entry, test_resolves=resolution_of(table[0]))
 
 
 def fitted_alike(this: Entry, below: Entry) -> bool:
