@@ -37,11 +37,17 @@ Initialisation (`init`):
   of the schedule's N-step grid (on every schedule but `edm_to_zero`, the schedule's own
   N/2-step grid), each evaluating at the midpoint t_m = (t_k + t_{k+1})/2 of the step in
   t = 1/(1 + σ) (the odd grid points are moved there, σ_m = 1/t_m − 1; on `flow`, uniform in t,
-  they are there already, as in the paper's runs):
+  they are there already):
 
       z_m = z_k + (t_m − t_k) u_k,        z_{k+1} = z_k + (t_{k+1} − t_k) u_m.
 
-  Both substeps are written as NS rows by `compile_rows` (N must be even).
+  With u = x − (1 + σ) d, t_m − t_k = t_{k+1} − t_m and σ = 1/t − 1, the first substep is the
+  Euler step x_{2k+1} = x_{2k} + (σ_{2k+1} − σ_{2k}) d_{2k} and the second is exactly
+
+      x_{2k+2} = x_{2k+1} + (σ_{2k+2} − σ_{2k+1}) (2 d_{2k+1} − d_{2k}),
+
+  NS rows w_{2k,2k} = 1 and (w_{2k+1,2k}, w_{2k+1,2k+1}) = (−1, 2), whatever the grid (N must be
+  even).
 
 One NFE per step (minus one with AFS, whose d_0 = x_0/sqrt(1 + σ_0²) costs nothing). The
 coefficients are float64 (cast to the rollout's dtype when read), γ as a vector and w as a packed
@@ -65,11 +71,6 @@ def packed_row(table: Tensor, i: int) -> Tensor:
     return table[i * (i + 1) // 2 : (i + 1) * (i + 2) // 2]
 
 
-def parameter_count(steps: int) -> int:
-    """The paper's count for an NS solver of n steps: n + 1 times, n scalars a_i, the b_i."""
-    return steps * (steps + 5) // 2 + 1
-
-
 def flow_time(sigma: Tensor) -> Tensor:
     """t = 1/(1 + σ): the paper's flow time (t = 1 is data), float64."""
     return 1 / (1 + sigma)
@@ -84,46 +85,15 @@ def midpoint_grid(sigmas: Tensor) -> Tensor:
     return grid
 
 
-def compile_rows(states: list[Tensor], sigmas: Tensor) -> tuple[Tensor, Tensor]:
-    """(γ, packed w) of the NS rows whose states x_0 … x_N have `states`: coefficient vectors in
-    the basis (x_0/σ_0, d_0, …, d_{N−1}). Row i is (c(x_{i+1}) − c(x_i))/h_i, which must not read
-    a derivative d_j with j > i (not yet evaluated)."""
-    steps = len(sigmas) - 1
-    gammas, rows = [], []
-    for i in range(steps):
-        row = (states[i + 1] - states[i]) / (sigmas[i + 1] - sigmas[i])
-        if bool(row[i + 2 :].any()):
-            raise ValueError(f"row {i} reads a derivative not yet evaluated: {row.tolist()}")
-        gammas.append(row[0])
-        rows.append(row[1 : i + 2])
-    return torch.stack(gammas), torch.cat(rows)
-
-
-def midpoint_states(sigmas: Tensor) -> list[Tensor]:
-    """The coefficient vectors of the flow-time RK-Midpoint's states on `sigmas` (coarse steps
-    σ_{2k} → σ_{2k+2}, midpoints σ_{2k+1}): z = t x and u_j = x_j − (1 + σ_j) d_j, so
-    x_{2k+1} = x_{2k} + (σ_{2k+1} − σ_{2k}) d_{2k} (an Euler step, the same in both coordinates)
-    and x_{2k+2} = (t_{2k} x_{2k} + (t_{2k+2} − t_{2k}) u_{2k+1}) / t_{2k+2}."""
-    steps = len(sigmas) - 1
-    basis = torch.eye(steps + 1, dtype=torch.float64)  # x_0/σ_0, d_0, …, d_{N−1}
-    t = flow_time(sigmas)
-    states = [sigmas[0] * basis[0]]
-    for k in range(0, steps, 2):
-        start = states[k]
-        mid = start + (sigmas[k + 1] - sigmas[k]) * basis[k + 1]
-        velocity = mid - (1 + sigmas[k + 1]) * basis[k + 2]
-        states += [mid, (t[k] * start + (t[k + 2] - t[k]) * velocity) / t[k + 2]]
-    return states
-
-
-def initial_rows(init: str, sigmas: Tensor) -> tuple[Tensor, Tensor]:
-    """(γ, packed w) of the solver `init` on the grid `sigmas` (float64)."""
-    steps = len(sigmas) - 1
-    if init == "midpoint":
-        return compile_rows(midpoint_states(sigmas), sigmas)
-    diagonal = torch.arange(1, steps + 1).cumsum(0) - 1  # packed index of w_{i,i}
+def initial_rows(init: str, steps: int) -> tuple[Tensor, Tensor]:
+    """(γ, packed w) of the solver `init` over `steps` steps (float64): γ = 0 and w_{i,i} = 1
+    (Euler), and for `midpoint` every odd row (the second substep) w_{i,i−1} = −1, w_{i,i} = 2."""
     table = torch.zeros(steps * (steps + 1) // 2, dtype=torch.float64)
-    table[diagonal] = 1.0
+    for i in range(steps):
+        row = packed_row(table, i)
+        row[i] = 1.0
+        if init == "midpoint" and i % 2:
+            row[i - 1 :] = torch.tensor([-1.0, 2.0], dtype=torch.float64)
     return torch.zeros(steps, dtype=torch.float64), table
 
 
@@ -154,7 +124,7 @@ class BNS(Solver):
         super().__init__(grid, afs)
         self.init = init
         self.buffer_size = self.num_steps  # the whole history: d_0 … d_i and x_0
-        start, derivatives = initial_rows(init, self.sigmas.detach())
+        start, derivatives = initial_rows(init, self.num_steps)
         self.start_weights = nn.Parameter(start)
         self.derivative_weights = nn.Parameter(derivatives)
 
