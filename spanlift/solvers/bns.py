@@ -27,7 +27,8 @@ relative to the loop's step x_{i+1} = x_i + h_i Δ_i, h_i = σ_{i+1} − σ_i:
 which is x_{i+1} = a_i x_0 + Σ_j b_{i,j} d_j with a_i = 1 + Σ_{k ≤ i} h_k γ_k / σ_0 and
 b_{i,j} = Σ_{j ≤ k ≤ i} h_k w_{k,j}: a one-to-one change of the coefficients for a given grid (the
 same solvers), in which every coefficient is of order one (x_0/σ_0 is unit noise, like d_j).
-The grid is LD3's learned grid (`grid.LearnedGrid`, ends fixed); the model is told σ_i.
+The grid is LD3's learned grid (`grid.LearnedGrid`, ends fixed); the model is told σ_i. It holds
+the n + 1 times as σ_0 … σ_N through N logits, so BNS learns N(N + 5)/2 = p − 1 scalars.
 
 Initialisation (`init`):
 
