@@ -163,13 +163,22 @@ class VelocityRefiner(nn.Module):
             )
         dtype = self.embed.weight.dtype
         h = self.embed(torch.cat([x_t, u], dim=1).to(dtype)).flatten(2).transpose(1, 2)
-        rows, cols = height // p, width // p
-        h = h + position_table(h.shape[-1], rows, cols).to(h.device, dtype)
+        h = h + self.positions(height // p, width // p, h)
         times = torch.ones(n, device=x_t.device) * t.to(x_t.device, torch.float32)
         c = self.time(time_features(times).to(dtype)) + self.label
         for block in self.blocks:
             h = block(h, c)
         shift, scale = self.final_modulation(F.silu(c)).chunk(2, dim=1)
         out = self.final(modulate(layer_norm(h), shift, scale))
+        rows, cols = height // p, width // p
         out = out.reshape(n, rows, cols, p, p, self.channels).permute(0, 5, 1, 3, 2, 4)
         return out.reshape(n, self.channels, height, width).to(x_t.dtype)
+
+    def positions(self, rows: int, cols: int, like: Tensor) -> Tensor:
+        """The position table for a rows × cols patch grid on `like`'s device and dtype, made
+        once per grid, device and dtype (not state: a function of the shape alone)."""
+        key = (rows, cols, like.device, like.dtype)
+        cache = self.__dict__.setdefault("_positions", {})
+        if key not in cache:
+            cache[key] = position_table(like.shape[-1], rows, cols).to(like.device, like.dtype)
+        return cache[key]
