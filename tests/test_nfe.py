@@ -19,7 +19,7 @@ def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
 
 def cases():
     for name in NATIVE_SOLVERS:
-        if name in ("spanlift", "ld3", "gits", "pas", "oss"):
+        if name in ("spanlift", "ld3", "gits", "pas", "oss", "flowturbo"):
             continue
         orders = {
             "ipndm": [1, 2, 3, 4],

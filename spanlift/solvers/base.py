@@ -143,6 +143,12 @@ class Solver(nn.Module):
         say so)."""
         return steps - int(bool(settings.get("afs", False)))
 
+    @classmethod
+    def free_steps(cls, settings: dict[str, Any]) -> int:
+        """Steps that spend no model evaluation whatever the NFE (FlowTurbo's refiner steps): the
+        search for the step count of an NFE looks that many steps further. None here."""
+        return 0
+
     @property
     def num_steps(self) -> int:
         return len(self.sigmas) - 1

@@ -65,6 +65,11 @@ class OnBase(Solver):
         base = SOLVERS.get(settings.get("base", solver_settings(cls)["base"]))
         return base.nfe_for_steps(steps, settings.get("base_settings") or {}, to_zero)
 
+    @classmethod
+    def free_steps(cls, settings: dict[str, Any]) -> int:
+        base = SOLVERS.get(settings.get("base", solver_settings(cls)["base"]))
+        return base.free_steps(settings.get("base_settings") or {})
+
     @property
     def grid(self) -> Grid:
         """The base's grid (learned or handed to the base, the one it steps on)."""

@@ -90,7 +90,8 @@ def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any], schedule: str =
     if not isinstance(nfe, int) or isinstance(nfe, bool) or nfe < 1:
         raise UnreachableNFEError(f"nfe must be a positive integer, got {nfe!r}")
     cls, to_zero = SOLVERS.get(name), ends_at_zero(schedule)
-    spend = {steps: cls.nfe_for_steps(steps, settings, to_zero) for steps in range(1, nfe + 3)}
+    longest = nfe + 2 + cls.free_steps(settings)
+    spend = {steps: cls.nfe_for_steps(steps, settings, to_zero) for steps in range(1, longest + 1)}
     for steps, used in spend.items():
         if used == nfe:
             return steps
