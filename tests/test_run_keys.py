@@ -87,3 +87,21 @@ def test_a_shipped_sweeps_run_keys_are_unchanged(name, keys) -> None:
         for entry, spec in (grid[0], grid[-1])
     )
     assert found == keys
+
+
+def test_a_later_metric_s_options_key_a_run_only_where_it_is_asked_for_or_set() -> None:
+    """Adding a metric plug-in leaves every earlier sweep's run keys alone."""
+    import yaml
+
+    from spanlift.platform.sweep.config import parse_sweep
+
+    data = yaml.safe_load((SWEEPS / "digits_fid.yaml").read_text())
+
+    def keyed(**evaluation) -> dict:
+        changed = {**data, "evaluation": {**data["evaluation"], **evaluation}}
+        return evaluation_settings(parse_sweep(changed, folder=SWEEPS))
+
+    assert "fd_dinov2_weights" not in keyed()
+    asked = keyed(metrics=["fid", "fd_dinov2"])
+    assert asked["fd_dinov2_weights"] is None and "fd_dinov2_statistics" in asked
+    assert keyed(fd_dinov2_weights="/models/dinov2-large")["fd_dinov2_weights"] is not None

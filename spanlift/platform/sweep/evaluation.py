@@ -14,6 +14,7 @@ from typing import Any
 from spanlift.backbones import Backbone
 from spanlift.platform.evaluation.evaluator import EvaluatorSetup
 from spanlift.platform.evaluation.metrics import METRICS, Finished, SampleMetric, chosen
+from spanlift.platform.evaluation.metrics.base import option_owner, option_values
 from spanlift.platform.evaluation.metrics.reference import ReferenceSet
 from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.evaluation.sample_metrics import SampleReport, evaluate_samples
@@ -49,16 +50,30 @@ def reference_set(config: SweepConfig) -> ReferenceSet:
     )
 
 
+ALWAYS_KEYED = ("lpips_weights", "image_reward_weights", "skill_convention")
+"""Metric options in every run key of a sweep with an evaluation, asked for or not: the options
+of the metrics that keyed runs so before any other metric existed. Keys recorded then are found
+again; a later metric's options enter a key only where it is asked for or an option is set."""
+
+
 def evaluation_settings(config: SweepConfig) -> dict[str, Any]:
-    """The evaluation section in the run key, every metric's options in it; a statistics file
-    enters by name and content digest, so a changed file makes a new result."""
+    """The evaluation section in the run key with the options of the metrics it asks for (and
+    `ALWAYS_KEYED`, and any option set); a statistics file enters by name and content digest, so
+    a changed file makes a new result."""
     if not config.evaluation.metrics:
         return {}
     settings, reference = config.evaluation.settings(), reference_set(config)
     del settings["batch_size"]  # how many at once changes memory, not the result
     if reference.kind == "file":
         settings["reference"] = reference.describe()
-    return settings
+    defaults = option_values()
+    unasked = {
+        key
+        for key, value in settings.items()
+        if key in defaults and key not in ALWAYS_KEYED and value == defaults[key]
+        if option_owner(key).name not in config.evaluation.metrics
+    }
+    return {key: value for key, value in settings.items() if key not in unasked}
 
 
 def searched_family(config: SweepConfig) -> str | None:
