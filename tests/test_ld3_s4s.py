@@ -91,7 +91,14 @@ def test_untrained_s4s_alt_and_dlms_are_ipndm(gmm, gmm64, order, afs, schedule):
         assert torch.equal(endpoint(dlms, backbone, x), ipndm), "DLMS keeps iPNDM's exact grid"
 
 
-LD3_BASES = sorted(set(NATIVE_SOLVERS) - {"ld3"})
+LD3_BASES = sorted(set(NATIVE_SOLVERS) - {"ld3", "oss"})
+"""Every solver LD3 takes as its base: all of spanlift's but OSS, whose searched grid may start
+below σ_max where LD3's learned grid keeps its ends (`test_ld3_refuses_oss_as_its_base`)."""
+
+
+def test_ld3_refuses_oss_as_its_base(gmm64):
+    with pytest.raises(SettingsError, match="oss may start its grid below σ_max"):
+        build(gmm64, "ld3", 4, base="oss")
 
 
 @pytest.mark.parametrize("base", LD3_BASES)
