@@ -7,7 +7,7 @@ import shutil
 import torch
 
 from spanlift.backbones import load_backbone
-from spanlift.solvers import SolverSpec, save_solver
+from spanlift.solvers import SolverSpec, read_checkpoint, save_solver
 from spanlift.solvers.loading import build, load_solver
 
 
@@ -35,3 +35,16 @@ def test_a_spanlift_checkpoint_loads_after_its_folder_moved(tmp_path):
     ):
         assert torch.equal(value, expected), name
     assert loaded.spec == spec  # the identity (keys, labels) is the saved one
+
+
+def test_a_checkpoint_whose_settings_hold_a_path_object_reads_back(tmp_path):
+    """The Python API lets a setting be a `Path` (a base checkpoint, say); the checkpoint keeps it
+    as text, which `weights_only` reading accepts, and the spec read back names the same file."""
+    backbone = load_backbone("gmm")
+    base_file = save_solver(tmp_path / "dyweight.pt", build(SolverSpec("dyweight", 3), backbone))
+    settings = {"base": "dyweight", "base_checkpoint": base_file, "hidden_dim": 8}
+    saved = save_solver(
+        tmp_path / "spanlift.pt", build(SolverSpec("spanlift", 3, settings=settings), backbone)
+    )
+    spec = SolverSpec.from_dict(read_checkpoint(saved)["spec"])
+    assert spec.settings["base_checkpoint"] == str(base_file)

@@ -1,6 +1,6 @@
 """Solver checkpoints: the spec and the parameters, written atomically, read with weights_only=True."""
 
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import torch
@@ -17,13 +17,24 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         torch.save(obj, partial)
 
 
+def as_text_paths(value: Any) -> Any:
+    """`value` with every path in it written as text: what `weights_only` reading accepts."""
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: as_text_paths(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(as_text_paths(v) for v in value)
+    return value
+
+
 def save_solver(
     path: Path, solver: torch.nn.Module, metadata: dict[str, Any] | None = None
 ) -> Path:
     state = {k: v.detach().cpu() for k, v in solver.state_dict().items()}
     payload = {
         "format": FORMAT,
-        "spec": solver.spec.to_dict(),
+        "spec": as_text_paths(solver.spec.to_dict()),
         "state": state,
         "metadata": metadata or {},
     }
