@@ -81,3 +81,8 @@ def test_learned_starts_at_the_table_and_keeps_the_grid_ends(gmm):
 def test_bad_settings(settings, nfe, message):
     with pytest.raises(SettingsError, match=message):
         build_solver(SolverSpec("ds_solver", nfe, settings=settings), 0.002, 80.0, 1)
+
+
+def test_ld3_refuses_it_as_its_base(gmm):
+    with pytest.raises(SettingsError, match="ds_solver takes its grid from its table"):
+        build_solver(SolverSpec("ld3", 5, settings={"base": "ds_solver"}), 0.002, 80.0, 1)

@@ -86,7 +86,8 @@ class DSSolver(Solver):
             raise SettingsError(f"ds_solver learn must be true or false, got {learn!r}")
         if isinstance(sigmas, Grid):
             raise SettingsError(
-                "ds_solver takes its grid from its table; it cannot step on another"
+                "ds_solver takes its grid from its table, which a learned or handed grid cannot "
+                "follow; put ds_solver under no grid-learning solver (learn: true learns its own)"
             )
         steps = len(sigmas) - 1
         coeffs = torch.zeros(steps, steps, dtype=torch.float64)
