@@ -37,7 +37,7 @@ def test_every_registered_solver_is_checked_and_wrappers_over_every_base_that_ta
     assert {spec.name for spec in specs} == installed  # a peer library may be absent
     assert {"diffusers:HeunDiscreteScheduler", "diffusers:DEISMultistepScheduler"} <= installed
     bases = {spec.settings["base"] for spec in specs if spec.name == "ld3"}
-    assert bases == set(NATIVE_SOLVERS) - {"ld3", "oss"}  # LD3 takes every other but OSS
+    assert bases == set(NATIVE_SOLVERS) - {"ld3", "oss", "ds_solver"}  # their grids are their own
     spanlift_bases = {spec.settings["base"] for spec in specs if spec.name == "spanlift"}
     assert "unipc" in spanlift_bases
     assert "amed_plugin" not in spanlift_bases  # refused when built: no Δ to add to

@@ -53,7 +53,7 @@ def test_a_checkpoint_with_the_old_sigmas_buffer_loads(gmm, name, settings):
 
 @pytest.mark.parametrize("name", NATIVE_SOLVERS)
 def test_every_solver_reads_one_grid_module(gmm, name):
-    solver = build(gmm, name, {}, nfe=5 if name == "heun" else 4)
+    solver = build(gmm, name, {}, nfe=5 if name in ("heun", "ds_solver") else 4)
     assert isinstance(solver.grid, FixedGrid | LearnedGrid)
     assert torch.equal(solver.sigmas, solver.grid())
     with pytest.raises(AttributeError):

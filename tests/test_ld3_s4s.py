@@ -91,9 +91,10 @@ def test_untrained_s4s_alt_and_dlms_are_ipndm(gmm, gmm64, order, afs, schedule):
         assert torch.equal(endpoint(dlms, backbone, x), ipndm), "DLMS keeps iPNDM's exact grid"
 
 
-LD3_BASES = sorted(set(NATIVE_SOLVERS) - {"ld3", "oss"})
+LD3_BASES = sorted(set(NATIVE_SOLVERS) - {"ld3", "oss", "ds_solver"})
 """Every solver LD3 takes as its base: all of spanlift's but OSS, whose searched grid may start
-below σ_max where LD3's learned grid keeps its ends (`test_ld3_refuses_oss_as_its_base`)."""
+below σ_max where LD3's learned grid keeps its ends (`test_ld3_refuses_oss_as_its_base`), and
+DS-Solver, whose grid is its table's (tests/test_ds_solver.py)."""
 
 
 def test_ld3_refuses_oss_as_its_base(gmm64):
