@@ -19,7 +19,7 @@ def reachable_nfes(name: str, afs: bool) -> tuple[int, ...]:
 
 def cases():
     for name in NATIVE_SOLVERS:
-        if name in ("spanlift", "ld3", "gits", "pas", "oss", "flowturbo"):
+        if name in ("spanlift", "ld3", "gits", "pas", "oss", "flowturbo", "ds_solver"):
             continue
         orders = {
             "ipndm": [1, 2, 3, 4],
@@ -51,6 +51,8 @@ def cases():
     for base in ("amed", "epd", "amed_plugin", "epd_plugin"):
         for afs in (False, True):
             yield "ld3", 3 if afs else 4, {"base": base, "base_settings": {"afs": afs}}
+    for nfe in (5, 6, 8, 10):  # DS-Solver's released tables: 5–10 and 15 steps, no AFS
+        yield "ds_solver", nfe, {}
 
 
 @pytest.mark.parametrize(("name", "nfe", "settings"), list(cases()))
