@@ -32,7 +32,7 @@ backward as measured on the reduced network. Its latent loss is measured at 512 
 per memory setting, weights sized on the meta device at the released configurations.
 
     python benchmarks/fit_memory.py [--only cifar,imagenet,sana,flux] [--device cpu|cuda]
-        [--repeats 3] [--threads N] [--wide]
+        [--repeats 3] [--threads N] [--wide] [--batches 16,64] [--sana-batch 8]
 
 The default run: the CIFAR-10-size net at batch 1, 2, 4 × NFE 3, 5 with checkpoint none, calls,
 blocks and precision bfloat16, and at batch 4 also calls in bfloat16 and micro-batches of 2; the
@@ -406,6 +406,16 @@ def edm_model(name: str, config: Any, pixels: int, groups: list[Group], device: 
     return Model(name, backbone, "mse", {}, groups, "float32")
 
 
+def batch_groups(batches: list[int]) -> list[Group]:
+    """Every setting at each of `batches` × NFE 3, 5 (`--batches`: the batches a GPU fits at)."""
+    settings = (PLAIN, CALLS, BLOCKS, HALF, HALF_CALLS)
+    return [
+        Group(batch, nfe, (*settings, Setting(micro_batch=max(batch // 2, 1))), 3)
+        for batch in batches
+        for nfe in (3, 5)
+    ]
+
+
 def cifar_groups(wide: bool) -> list[Group]:
     groups = []
     for batch in (1, 2, 4):
@@ -434,6 +444,11 @@ def sana_groups(wide: bool) -> list[Group]:
             Group(2, 3, (PLAIN, CALLS), 2),
         ]
     return [Group(1, 3, (PLAIN, CALLS, BLOCKS), 2), Group(1, 5, (CALLS,), 0)]
+
+
+def sana_batch_groups(batch: int) -> list[Group]:
+    """sweeps/sana.yaml's fit at `batch`: every checkpoint setting at NFE 3, calls at NFE 7."""
+    return [Group(batch, 3, (PLAIN, CALLS, BLOCKS), 2), Group(batch, 7, (CALLS,), 2)]
 
 
 def sana_model(groups: list[Group], dinov2: Path, device: Any) -> Model:
@@ -775,25 +790,32 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed updates per setting (at most)")
     p.add_argument("--wide", action="store_true", help="more batches and settings (docstring)")
     p.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's own)")
+    p.add_argument("--sana-batch", type=int, help="SANA at this batch (sweeps/sana.yaml: 8)")
+    p.add_argument(
+        "--batches", help="comma-separated batches for the EDM-size nets, every setting at each"
+    )
     args = p.parse_args()
     quiet()
     if args.threads:
         torch.set_num_threads(args.threads)
     device, only = torch.device(args.device), set(args.only.split(","))
+    batches = [int(b) for b in args.batches.split(",")] if args.batches else []
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as folder:
         dinov2 = save_dinov2(Path(folder) / "dinov2-base") if only & {"sana", "flux"} else None
         if "cifar" in only:
-            model = edm_model(
-                "CIFAR-10-size U-Net", cifar10_size(), 32, cifar_groups(args.wide), device
-            )
+            groups = batch_groups(batches) if batches else cifar_groups(args.wide)
+            model = edm_model("CIFAR-10-size U-Net", cifar10_size(), 32, groups, device)
             rows += measure_model(model, args.repeats)
         if "imagenet" in only:
-            groups = imagenet_groups(args.wide)
+            groups = batch_groups(batches) if batches else imagenet_groups(args.wide)
             model = edm_model("ImageNet-64-size U-Net", imagenet64_size(), 64, groups, device)
             rows += measure_model(model, args.repeats)
         if "sana" in only:
-            rows += measure_model(sana_model(sana_groups(args.wide), dinov2, device), args.repeats)
+            groups = (
+                sana_batch_groups(args.sana_batch) if args.sana_batch else sana_groups(args.wide)
+            )
+            rows += measure_model(sana_model(groups, dinov2, device), args.repeats)
         flux = measure_flux(device, dinov2) if "flux" in only else None
     if rows:
         print_rows(rows, device)
