@@ -39,8 +39,8 @@ VALID = {
         ("gmm_smoke", 2),
         ("operator_ablation", 6),
         ("nowcast_synth", 8),
-        ("sana", 9),
-        ("flux", 9),
+        ("sana", 12),
+        ("flux", 12),
     ],
 )
 def test_shipped_sweeps_load(name: str, trials: int) -> None:
@@ -233,10 +233,10 @@ def test_a_one_worker_fit_holds_its_share_in_the_trial_itself(cpus, gpus, use_gp
 
 
 EDM_SWEEPS = {  # file: (reference statistics it names, configurations)
-    "edm_cifar10": ("cifar10-32x32.npz", 17),
-    "edm_imagenet64": ("imagenet-64x64.npz", 17),
-    "edm_ffhq64": ("ffhq-64x64.npz", 17),
-    "edm_afhqv2": ("afhqv2-64x64.npz", 17),
+    "edm_cifar10": ("cifar10-32x32.npz", 25),
+    "edm_imagenet64": ("imagenet-64x64.npz", 25),
+    "edm_ffhq64": ("ffhq-64x64.npz", 25),
+    "edm_afhqv2": ("afhqv2-64x64.npz", 21),
     "edm_cifar10_base_solvers": ("cifar10-32x32.npz", 24),
 }
 
