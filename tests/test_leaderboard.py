@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from mlflow.entities import Metric, Param
 
 from spanlift.cli import main
-from spanlift.platform.tracking.board_format import format_leaderboard, write_csv
+from spanlift.platform.tracking.board_format import format_leaderboard, notes, write_csv
 from spanlift.platform.tracking.board_plot import leaderboard_figure, plot_leaderboard
 from spanlift.platform.tracking.entry import Entry
 
@@ -201,3 +202,32 @@ def test_one_nfe_is_a_bar_per_solver_several_a_line_per_solver(store: Store) -> 
     store.log("euler", {"rmse": 0.2}, nfe=4)
     (lines,) = leaderboard_figure(store.board(), "rmse").axes
     assert len(lines.lines) == 2 and not lines.patches
+
+
+def log_replicate(store: Store, value: float, seed: int, version: str, start: int) -> None:
+    """A finished run of one fitted configuration (fit seed `seed`) made by code `version`."""
+    experiment = store.client.get_experiment_by_name(store.experiment).experiment_id
+    tags = {"spanlift.code_version": version}
+    run_id = store.client.create_run(experiment, start, tags, "dyweight").info.run_id
+    params = {"backbone": "gmm", "nfe": 3, "solver": "dyweight", "configuration": "dyweight"}
+    params |= {"configuration.key": "k", "fit.seed": seed}
+    store.client.log_batch(
+        run_id,
+        metrics=[Metric("rmse", value, 0, 0)],
+        params=[Param(k, str(v)) for k, v in params.items()],
+    )
+    store.client.set_terminated(run_id, "FINISHED")
+
+
+def test_a_row_counts_the_newest_code_versions_runs_once_per_fit_seed(store: Store) -> None:
+    """Runs of one configuration made by two result code versions (a solver changed, the sweep
+    ran again) are not pooled: the row holds the newest version's runs, each fit seed once."""
+    log_replicate(store, 0.50, 0, "old", start=1)
+    log_replicate(store, 0.52, 1, "old", start=2)
+    log_replicate(store, 0.10, 0, "new", start=3)
+    log_replicate(store, 0.12, 0, "new", start=4)  # the same seed again (`--restart`): newest
+    log_replicate(store, 0.20, 1, "new", start=5)
+    (row,) = store.board()
+    assert (row.n, sorted(row.values)) == (2, [0.12, 0.20])
+    assert row.protocol["code.version"] == "new" and row.superseded == 3
+    assert any("3 runs left out" in line for line in notes([row]))

@@ -152,6 +152,12 @@ def notes(entries: list[Entry]) -> list[str]:
         shown.append(self_measured_note(entries))
     if any(e.chosen_on == "only" for e in entries):
         shown.append(ONLY_CONFIGURATION)
+    left_out = sum(e.superseded for e in entries)
+    if left_out:
+        shown.append(
+            f"{left_out} runs left out: a configuration's runs by an older result code version, or "
+            "a fit seed's older run; each row counts the newest version's newest run of each seed"
+        )
     resolved = [e.test_resolves for e in entries if e.test_resolves is not None]
     if resolved:
         shown.append(

@@ -38,3 +38,4 @@ class Entry:
     overlap: tuple[str, ...] = ()  # ranked or shown metrics measured with a network the fit's
     # loss used (`fit.loss_networks`): marked §
     test_resolves: float | None = None  # relative 95 % half-width of its RMSE over test seeds
+    superseded: int = 0  # runs of the configuration left out: older code versions, repeated seeds

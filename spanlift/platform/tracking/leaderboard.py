@@ -148,6 +148,8 @@ def _row(run: Run, metric: str, names: tuple[str, ...], columns: tuple[str, ...]
         "validation": metrics.get(chooser := chosen_by(metric, params, metrics), np.nan),
         "chosen_by": "validation" if chooser == validation_name(metric) else chooser,
         "run_id": run.info.run_id,
+        "started": run.info.start_time or 0,
+        "code_version": version or "",
         "fit_seed": params.get("fit.seed", ""),
         "columns": {name: metrics[name] for name in columns if name in metrics},
         "fit_cost": (cost := run_cost(params, metrics)),
@@ -175,6 +177,7 @@ class Configuration:
     solver: str
     configuration: str
     runs: pd.DataFrame
+    superseded: int = 0  # runs left out: another code version's, or a fit seed's older run
 
     @property
     def test(self) -> float:
@@ -193,14 +196,31 @@ class Configuration:
 
 def configurations(group: pd.DataFrame) -> list[Configuration]:
     """The group's configurations: runs sharing solver and replicate group, in first-run order,
-    each configuration's runs in fit-seed order (so replicates of two rows pair up)."""
+    each configuration's runs in fit-seed order (so replicates of two rows pair up), the newest
+    code version's newest run of each fit seed (`newest_runs`)."""
     if "fit_seed" in group:
         group = group.assign(order=pd.to_numeric(group["fit_seed"], errors="coerce"))
         group = group.sort_values("order", kind="stable").drop(columns="order")
     return [
-        Configuration(solver, str(part["configuration"].iloc[0]), part)
+        Configuration(solver, str(part["configuration"].iloc[0]), *newest_runs(part))
         for (solver, _), part in group.groupby(["solver", "group"], sort=False)
     ]
+
+
+def newest_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """A configuration's runs that count, and how many are left out. Runs of several result
+    code versions (a solver changed and the sweep ran again) are different results, not
+    replicates: the version whose latest run started last counts. Within it, a fit seed run
+    twice (`spanlift sweep --restart`, `spanlift fit` again into the experiment) counts once,
+    by its newest run. Runs recorded without a version or fit
+    seed all count."""
+    if "started" not in runs or len(runs) < 2:
+        return runs, 0
+    newest = runs.loc[runs["started"].idxmax(), "code_version"]
+    kept = runs[runs["code_version"] == newest] if newest else runs
+    seeded = kept[kept["fit_seed"] != ""].sort_values("started", kind="stable")
+    kept = kept.drop(seeded.index[seeded.duplicated("fit_seed", keep="last")])
+    return kept, len(runs) - len(kept)
 
 
 def choose(candidates: list[Configuration], mode: str) -> tuple[Configuration, str]:
@@ -282,6 +302,7 @@ def entry(
         protocol=protocol_of(runs),
         fit=row_cost(list(runs["fit_cost"])) if "fit_cost" in runs else None,
         overlap=overlap_of(runs),
+        superseded=pick.superseded,
     )
 
 
