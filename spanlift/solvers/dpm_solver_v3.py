@@ -127,8 +127,10 @@ def derivatives(lam: list[Tensor], g: list[Tensor], pseudo: bool) -> list[Tensor
 
 @SOLVERS.register("dpm_solver_v3")
 class DPMSolverV3(Solver):
-    """DPM-Solver-v3 multistep predictor–corrector on empirical model statistics (computed once
-    per backbone from its own samples; those samples are not NFE), one NFE per step."""
+    """DPM-Solver-v3 predictor–corrector on model statistics; NFE = steps (EMS samples not NFE).
+
+    The empirical model statistics are computed once per backbone from its own samples by a fit
+    (cached beside the teacher); their model evaluations are never counted in the NFE."""
 
     citation = "Zheng et al., NeurIPS 2023 (DPM-Solver-v3)"
     title = "DPM-Solver-v3"
