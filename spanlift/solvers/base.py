@@ -204,6 +204,16 @@ class Solver(nn.Module):
         (the model for that batch, its states x = σ_max · noise at σ_max). A search that chooses
         part of the state, kept as buffers so it checkpoints like parameters (GITS). Nothing here."""
 
+    def statistics_request(self) -> dict[str, Any] | None:
+        """The model statistics the solver steps with, as the settings of their estimate
+        (DPM-Solver-v3's EMS: timesteps, samples, seed), while it has none; None: it needs none.
+        A fit computes them from the backbone's own samples (cached per backbone) and hands them
+        over with `use_statistics` before its first update."""
+        return None
+
+    def use_statistics(self, statistics: Any) -> None:
+        """Keep the model statistics a fit computed for `statistics_request`; nothing here."""
+
     def inactive_parameters(self, iteration: int) -> list[nn.Parameter]:
         """Parameters a fit leaves unchanged at `iteration` (alternating schemes); none here."""
         return []

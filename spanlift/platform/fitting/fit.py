@@ -62,6 +62,7 @@ from spanlift.platform.fitting.optimization import Optimization
 from spanlift.platform.fitting.resolution import resolves, warn_if_coarse
 from spanlift.platform.fitting.settings import Best, FitResult, FitState, Objective, Report
 from spanlift.platform.fitting.settings import FitSettings as FitSettings
+from spanlift.platform.sampling.model_statistics import model_statistics
 from spanlift.platform.sampling.rollout import on_device, solver_device
 from spanlift.platform.sampling.teacher import TeacherSet, supervision_sigmas
 from spanlift.solvers import Solver
@@ -411,6 +412,9 @@ def prepare(
 ) -> None:
     """The solver's own search on the training noise, in the backbone's sampling batches (at
     most `batch`), once before the first update (GITS's grid; nothing for most solvers)."""
+    request = solver.statistics_request()
+    if request is not None:  # DPM-Solver-v3's EMS, from the teacher's endpoints, cached
+        solver.use_statistics(model_statistics(backbone, train, request))
     device, size = solver_device(solver), min(backbone.sampling_batch(), batch)
     parts = (train.subset(slice(start, start + size)) for start in range(0, len(train), size))
     solver.prepare(

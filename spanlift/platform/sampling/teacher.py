@@ -37,7 +37,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -81,6 +82,9 @@ class TeacherSet:
     """(N, S, *shape): the teacher's state at each of `state_sigmas` (trajectory entries)."""
     state_sigmas: tuple[float, ...] = ()
     teacher: SolverSpec = DEFAULT_TEACHER
+    folder: Path | None = None
+    """The cache entry it was read from (None: generated in memory), beside which entries derived
+    from it (model statistics) are kept."""
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -270,12 +274,29 @@ def write_entry_file(path: Path, batch: pa.RecordBatch) -> None:
         writer.write_batch(batch)
 
 
-def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
-    """Write `teacher` as `teacher.arrow` + `manifest.json` (module docstring) into `folder`
-    atomically (temp folder, then rename); `metadata` joins the manifest."""
+@contextmanager
+def atomic_folder(folder: Path) -> Iterator[Path]:
+    """A temporary folder beside `folder`, renamed to it when the block ends (removed if the
+    block fails); when another writer finished the same entry first, theirs is kept."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
+        yield tmp
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "manifest.json").exists():
+                raise
+            shutil.rmtree(tmp)  # another writer finished the same entry first
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
+    """Write `teacher` as `teacher.arrow` + `manifest.json` (module docstring) into `folder`
+    atomically (`atomic_folder`); `metadata` joins the manifest."""
+    with atomic_folder(folder) as tmp:
         write_entry_file(tmp / ENTRY_FILE, entry_batch(teacher))
         manifest = {
             "format": FORMAT,
@@ -293,15 +314,6 @@ def write_teacher(folder: Path, teacher: TeacherSet, metadata: dict) -> Path:
             "teacher": teacher.teacher.to_dict(),
         }
         (tmp / "manifest.json").write_text(json.dumps({**manifest, **metadata}, indent=2))
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not (folder / "manifest.json").exists():
-                raise
-            shutil.rmtree(tmp)  # another writer finished the same entry first
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder
 
 
@@ -326,7 +338,7 @@ def read_teacher(folder: Path) -> TeacherSet:
         raise CacheError(
             f"teacher cache {folder} cannot be read ({why}); delete the folder"
         ) from None
-    return teacher_set(manifest, columns)
+    return replace(teacher_set(manifest, columns), folder=Path(folder))
 
 
 def read_manifest(folder: Path) -> dict:
