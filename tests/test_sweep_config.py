@@ -233,7 +233,7 @@ def test_a_one_worker_fit_holds_its_share_in_the_trial_itself(cpus, gpus, use_gp
 
 
 EDM_SWEEPS = {  # file: (reference statistics it names, configurations)
-    "edm_cifar10": ("cifar10-32x32.npz", 25),
+    "edm_cifar10": ("cifar10-32x32.npz", 29),
     "edm_imagenet64": ("imagenet-64x64.npz", 25),
     "edm_ffhq64": ("ffhq-64x64.npz", 25),
     "edm_afhqv2": ("afhqv2-64x64.npz", 21),
