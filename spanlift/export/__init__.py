@@ -8,7 +8,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name in ("SpanLiftScheduler", "export_diffusers"):
-        from spanlift.export import scheduler
+        import importlib
 
-        return getattr(scheduler, name)
+        return getattr(importlib.import_module("spanlift.export.scheduler"), name)
     raise AttributeError(f"module 'spanlift.export' has no attribute {name!r}")

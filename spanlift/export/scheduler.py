@@ -124,12 +124,17 @@ class SpanLiftScheduler(SchedulerMixin, ConfigMixin):
         return self._queries
 
     @property
-    def init_noise_sigma(self) -> float:
-        """The scale of the first model input for x_T = σ_max·noise: a·σ_max (replay.py; the
-        flow form's a is 1/(1 + σ_0)), so randn·init_noise_sigma starts at spanlift's prior."""
+    def input_scale(self) -> float:
+        """The first model input per unit of x_T: a (replay.py) in the denoiser form, a/(1 + σ_0)
+        in the flow form (σ_0: the first call's σ)."""
         first = self.calls[0]
-        unit = float(model_input(self.form, torch.tensor(self._scale), first.sigma))
-        return unit * float(self.config.sigma_max)
+        return float(model_input(self.form, torch.tensor(self._scale), first.sigma))
+
+    @property
+    def init_noise_sigma(self) -> float:
+        """The scale of the first model input for x_T = σ_max·noise, so that latents drawn as
+        randn·init_noise_sigma start at spanlift's prior."""
+        return self.input_scale * float(self.config.sigma_max)
 
     @property
     def nfe(self) -> int:
@@ -207,7 +212,7 @@ class SpanLiftScheduler(SchedulerMixin, ConfigMixin):
         x_s = from_pipeline(self.form, sample).float()
         if k == 0:
             self.solver.to(sample.device)
-            self._start = x_s / self._scale
+            self._start = x_s / self.input_scale
             self._pending = self._replayed(k, self._start, [])
         query = self._pending
         output = from_pipeline(self.form, model_output).float()
