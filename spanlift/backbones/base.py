@@ -7,12 +7,31 @@ flow matching with x_t = t·x1 + (1−t)·noise uses σ = (1−t)/t and x̃ = x/
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 ACCELERATOR_BATCH = 256
+
+PARAMETERISATIONS = ("denoiser", "flow")
+"""What a diffusers-style sampling loop's model outputs and its timesteps are, for a backbone:
+`denoiser`: D(x̃, σ) itself, at timestep σ, on the σ-form state x̃ (EDM's networks);
+`flow`: the velocity v(x_s, s) on latents x_s = x̃/(1 + σ), at timestep s·T with s = σ/(1 + σ)
+(SANA, FLUX: flow_matching.py)."""
+
+
+@dataclass(frozen=True)
+class PipelineForm:
+    """How a backbone's model is called in a diffusers pipeline's loop: the parameterisation
+    (PARAMETERISATIONS), the shape (C, h, w) of one sample, the scheduler's num_train_timesteps
+    T (flow only) and whether the pipeline packs latents into 2×2 patches (FLUX)."""
+
+    parameterisation: str
+    shape: tuple[int, ...]
+    train_timesteps: int | None = None
+    packed: bool = False
 
 
 class Backbone(nn.Module, ABC):
@@ -45,6 +64,10 @@ class Backbone(nn.Module, ABC):
     def prior(self, noise: Tensor) -> Tensor:
         """The starting state at σ_max for standard normal `noise`: x_T = σ_max · noise."""
         return noise * self.sigma_max
+
+    def pipeline_form(self) -> PipelineForm:
+        """Its model in a diffusers-style loop: D(x̃, σ) at timestep σ (`PARAMETERISATIONS`)."""
+        return PipelineForm("denoiser", tuple(self.shape))
 
     def decode(self, x: Tensor) -> Tensor:
         """Map a sample to data space (identity in pixel space; a VAE decoder for latents)."""

@@ -50,7 +50,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from spanlift.backbones.base import Backbone, sigma_as_batch
+from spanlift.backbones.base import Backbone, PipelineForm, sigma_as_batch
 from spanlift.backbones.prompts import PromptSplit, read_mjhq
 from spanlift.errors import CheckpointError, SettingsError
 from spanlift.files import file_sha256
@@ -63,6 +63,27 @@ ENCODE_BATCH = 16
 
 Embeddings = tuple[Tensor, ...]
 """A pipeline's encoding of N prompts: tensors whose first dimension is N."""
+
+
+def flow_time(sigma: Tensor) -> Tensor:
+    """s = σ/(1 + σ): the flow time (the pipelines' `sigma`) of the EDM noise level σ."""
+    return sigma / (1 + sigma)
+
+
+def flow_latent(x: Tensor, sigma: Tensor) -> Tensor:
+    """x_s = x̃/(1 + σ): the pipeline's latent of the σ-form state x̃ at σ (the model's input)."""
+    return x / (1 + sigma)
+
+
+def flow_denoised(x_s: Tensor, s: Tensor, velocity: Tensor) -> Tensor:
+    """D = x0 = x_s − s·v: the denoised latent of the velocity v predicted at (x_s, s)."""
+    return x_s - s * velocity
+
+
+def flow_timestep(s: Tensor, train_timesteps: int) -> Tensor:
+    """t = s·T: the timestep the pipelines' flow schedulers hand out (T = num_train_timesteps);
+    SANA's pipeline multiplies it by the transformer's timestep_scale, FLUX's divides it by 1000."""
+    return s * train_timesteps
 
 
 def import_diffusers(backbone: str) -> ModuleType:
@@ -264,8 +285,12 @@ class FlowMatchingBackbone(Backbone):
         indices from `conditioning`."""
         embeddings = self.embeddings(self.prompt_indices(cond))
         sigma = sigma_as_batch(sigma, x)
-        s, x_s = sigma / (1 + sigma), x / (1 + sigma)
-        return x_s - s * self.velocity(x_s, s.reshape(-1), embeddings).to(x.dtype)
+        s, x_s = flow_time(sigma), flow_latent(x, sigma)
+        return flow_denoised(x_s, s, self.velocity(x_s, s.reshape(-1), embeddings).to(x.dtype))
+
+    def pipeline_form(self) -> PipelineForm:
+        """Flow velocity over latents x_s, timesteps s·T (`flow_timestep`)."""
+        return PipelineForm("flow", tuple(self.shape), self.train_timesteps)
 
     def prompt_indices(self, cond: Tensor | None) -> list[int]:
         """The prompt indices in `cond` (any dtype: the teacher cache keeps them as floats)."""

@@ -29,16 +29,19 @@ Latents: x0 = scaling_factor·(z − shift_factor) of AutoencoderKL; the VAE dow
 vae_scale_factor (8) and packing by 2, so the resolution is a multiple of 16.
 """
 
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from spanlift.backbones.base import PipelineForm
 from spanlift.backbones.flow_matching import (
     Embeddings,
     FlowMatchingBackbone,
     call_defaults,
+    flow_timestep,
     folder_needs,
 )
 from spanlift.backbones.registry import BACKBONES
@@ -104,6 +107,10 @@ class Flux(FlowMatchingBackbone):
     def latent_channels(self) -> int:
         return int(self.transformer.config.in_channels) // 4
 
+    def pipeline_form(self) -> PipelineForm:
+        """As every flow backbone's, its latents packed into 2×2 patches (`pack`)."""
+        return replace(super().pipeline_form(), packed=True)
+
     def resolution_step(self) -> int:
         return self.pipeline.vae_scale_factor * 2
 
@@ -130,7 +137,7 @@ class Flux(FlowMatchingBackbone):
         dtype = self.transformer.dtype
         tokens = self.transformer(
             hidden_states=pack(x_s).to(dtype),
-            timestep=(s * self.train_timesteps / 1000).to(dtype),
+            timestep=(flow_timestep(s, self.train_timesteps) / 1000).to(dtype),
             guidance=self.guidance_input(n, x_s.device),
             pooled_projections=pooled.to(dtype),
             encoder_hidden_states=embeds.to(dtype),

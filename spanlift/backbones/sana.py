@@ -38,6 +38,7 @@ from spanlift.backbones.flow_matching import (
     Embeddings,
     FlowMatchingBackbone,
     call_defaults,
+    flow_timestep,
     folder_needs,
 )
 from spanlift.backbones.registry import BACKBONES
@@ -104,7 +105,8 @@ class Sana(FlowMatchingBackbone):
     def velocity(self, x_s: Tensor, s: Tensor, embeddings: Embeddings) -> Tensor:
         """v = v_u + g·(v_c − v_u) from one call on the doubled batch (v_c when g ≤ 1)."""
         embeds, mask = embeddings
-        timestep = s.float() * self.train_timesteps * self.transformer.config.timestep_scale
+        timestep = flow_timestep(s.float(), self.train_timesteps)
+        timestep = timestep * self.transformer.config.timestep_scale
         if self.guidance <= 1:
             return self.call_transformer(x_s, timestep, embeds, mask)
         n = len(x_s)

@@ -8,6 +8,7 @@
     spanlift eval --backbone digits --solver ipndm --nfe 3 --metrics fid --samples 10000
     spanlift leaderboard --experiment digits-nfe [--format markdown] [--samples F] [--plot F]
     spanlift rerun RUN_ID                 fit and score a recorded run again, compare the values
+    spanlift export RUN_ID --to diffusers DIR     the run's solver as a diffusers scheduler
     spanlift nowcast synth --events 64 --out data/sevir_synth     synthetic storms, SEVIR layout
     spanlift nowcast prepare --sevir-root /data/sevir --out data/sevir_lr.zarr
     spanlift nowcast eval --data data/sevir_synth --solvers paper --nfe 5 --teacher-nfe 100
@@ -37,6 +38,7 @@ from spanlift.cli import (
     analyze,
     doctor,
     evaluate,
+    export,
     fit,
     leaderboard,
     listing,
@@ -60,6 +62,7 @@ COMMAND_GROUPS = (
     analyze,
     leaderboard,
     rerun,
+    export,
     train,
     doctor,
 )
