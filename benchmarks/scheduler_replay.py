@@ -5,6 +5,7 @@ it, and the conversions). A FLUX-1024 latent (16×128×128) by default; the repl
 checked equal to the rollout's.
 
     python benchmarks/scheduler_replay.py [--shape 16 128 128] [--nfe 5 10] [--repeats 3]
+        [--device cpu|cuda]
 """
 
 import argparse
@@ -48,11 +49,13 @@ def rollout(solver, x_T: torch.Tensor):
     return lambda: solver(lambda x, sigma: torch.zeros_like(x), x_T)
 
 
-def seconds(run, repeats: int) -> float:
+def seconds(run, repeats: int, device: torch.device) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -62,23 +65,31 @@ def main() -> None:
     parser.add_argument("--shape", type=int, nargs=3, default=[16, 128, 128])
     parser.add_argument("--nfe", type=int, nargs="+", default=[5, 10])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
+    device = torch.device(args.device)
     shape = tuple(args.shape)
     backbone = stand_in_backbone(shape)
-    noise = torch.randn(1, *shape, generator=torch.Generator().manual_seed(0))
-    print(f"latent {'×'.join(map(str, shape))}, batch 1, {torch.get_num_threads()} threads")
+    noise = torch.randn(1, *shape, generator=torch.Generator().manual_seed(0)).to(device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(
+        f"latent {'×'.join(map(str, shape))}, batch 1, {where}, {torch.get_num_threads()} threads"
+    )
     print(f"{'solver':<10}{'nfe':>4}{'rollout s':>11}{'scheduler s':>13}{'overhead s':>12}")
     for name in SOLVERS:
         for nfe in args.nfe:
-            solver = build_solver(SolverSpec(name, nfe), 0.002, 80.0, shape[0]).eval()
+            solver = build_solver(SolverSpec(name, nfe), 0.002, 80.0, shape[0]).eval().to(device)
             with tempfile.TemporaryDirectory() as folder, torch.no_grad():
                 export_diffusers(solver, backbone, Path(folder))
                 scheduler = SpanLiftScheduler.from_pretrained(folder)
+                through_scheduler(scheduler, noise)  # warm-up: the scheduler's solver on `device`
                 x_T = noise * backbone.sigma_max
                 own = solver(lambda x, sigma: torch.zeros_like(x), x_T)
                 assert torch.allclose(through_scheduler(scheduler, noise), own, atol=1e-5)
-                plain = seconds(rollout(solver, x_T), args.repeats)
-                replayed = seconds(lambda s=scheduler: through_scheduler(s, noise), args.repeats)
+                plain = seconds(rollout(solver, x_T), args.repeats, device)
+                replayed = seconds(
+                    lambda s=scheduler: through_scheduler(s, noise), args.repeats, device
+                )
             print(f"{name:<10}{nfe:>4}{plain:>11.4f}{replayed:>13.4f}{replayed - plain:>12.4f}")
 
 
