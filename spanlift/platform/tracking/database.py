@@ -87,7 +87,8 @@ def missing_driver(uri: str, driver: str, module: str | None) -> str:
 def server_address(url: Any) -> str:
     """HOST:PORT of a SQLAlchemy URL, or the folder of its Unix socket (`?host=/run/…`)."""
     host = url.query.get("host") or url.host or "localhost"
-    return host if str(host).startswith("/") else f"{host}:{url.port or 5432}"
+    port = url.query.get("port") or url.port or 5432
+    return host if str(host).startswith("/") else f"{host}:{port}"
 
 
 def unreachable(uri: str, error: Exception) -> str:
