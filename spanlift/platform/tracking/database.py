@@ -17,6 +17,7 @@ MLflow takes a SQLAlchemy URL as its store, `postgresql+psycopg://USER@HOST:PORT
   shares wherever it runs, while MLflow first opens the store.
 """
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,13 +40,8 @@ def is_postgres(uri: str) -> bool:
 
 
 def shown(uri: str) -> str:
-    """`uri` with any password replaced by ***, for messages."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(uri).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses: nothing to hide that it could find
-        return uri
+    """`uri` with the password of its `user:password@` part, if any, replaced by ***."""
+    return re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", uri, count=1)
 
 
 def check_driver(uri: str) -> None:
