@@ -75,8 +75,7 @@ def missing_driver(uri: str, driver: str, module: str | None) -> str:
         return f"tracking URI {shown(uri)} needs the PostgreSQL driver psycopg: {EXTRA}"
     return (
         f"tracking URI {shown(uri)} needs the PostgreSQL driver {module or driver}, which is not "
-        "installed: "
-        f"{EXTRA} and write the URI as {DRIVER}://…"
+        f"installed: {EXTRA} and write the URI as {DRIVER}://…"
     )
 
 
