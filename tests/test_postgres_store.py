@@ -1,6 +1,7 @@
-"""The run store in a real PostgreSQL server (tests/postgres_server.py): fits recorded there rank
-as they do from SQLite, processes opening a new database at once all get it, and a missing
-driver or a server that does not answer is one line with status 2 on every command."""
+"""The run store in a real PostgreSQL server (tests/postgres_server.py; e2e: a server is started):
+fits recorded there rank as they do from SQLite, processes opening a new database at once all
+get it; and a missing driver or a server that does not answer is one line with status 2 on every
+command."""
 
 import importlib.util
 import multiprocessing
@@ -44,6 +45,7 @@ def opened_at_once(server: PostgresServer) -> tuple[str, list[str]]:
     return uri, seen
 
 
+@pytest.mark.e2e
 def test_processes_opening_a_new_postgresql_store_at_once_all_get_it(
     opened_at_once: tuple[str, list[str]],
 ) -> None:
@@ -64,6 +66,7 @@ def fit_and_rank(uri: str, folder: Path, capsys: pytest.CaptureFixture) -> str:
     return re.sub(r" · [\d.]+ s", "", capsys.readouterr().out)
 
 
+@pytest.mark.e2e
 def test_fits_recorded_in_postgresql_rank_as_from_sqlite(
     opened_at_once: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -127,8 +130,9 @@ def test_a_server_that_does_not_answer_is_one_line(
 ) -> None:
     """A port nothing listens on: host, port and what to check, at once rather than after
     MLflow's 100 s of retries."""
-    if unavailable() and "psycopg" in unavailable():
-        pytest.skip(unavailable())
+    pytest.importorskip(
+        "psycopg", reason="psycopg is not installed (pip install 'spanlift[cluster]')"
+    )
     monkeypatch.chdir(tmp_path)
     port = free_port()
     uri = f"postgresql+psycopg://spanlift:secret@127.0.0.1:{port}/mlflow"
