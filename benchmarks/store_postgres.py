@@ -9,9 +9,10 @@ another. For each store:
   tables;
 - **record**: `--runs` runs recorded as a sweep's trials record them (`ConfigurationRuns.open`,
   then `finish` with two metrics and a 200-point loss history, no artifacts), split over K
-  processes running at once for each K of `--processes`; printed: the wall time, runs per
-  second, a process's time to open the store (a new MLflow client, as each trial makes), the
-  median and 90th percentile of one run's recording time, and the runs that failed
+  processes running at once for each K of `--processes`, each having opened the store first;
+  printed: the wall time of the recording, runs per second, a process's time to open the store
+  (a new MLflow client, as each trial makes; on 2 cores K processes share them), the median and
+  90th percentile of one run's recording time, and the runs that failed
   (SQLite lets one writer in at a time; a writer that waits past its timeout fails);
 - **leaderboard**: `leaderboard()` over every recorded run, the median of `--repeats`.
 
@@ -35,20 +36,22 @@ SOLVERS = ("euler", "heun", "ipndm", "dpm_solver_pp")
 HISTORY = 200
 
 
-def record_runs(uri: str, experiment: str, keys: list[str]) -> tuple[float, list[float], int]:
-    """Record one run per key as a trial does: the seconds to open the store (a new client, as
-    each trial makes), each run's seconds, and how many failed."""
+def record_runs(uri: str, experiment: str, keys: list[str], start) -> dict:
+    """Open the store (a new client, as each trial makes), wait for every process (`start`, a
+    barrier), then record one run per key as a trial does: the seconds to open, when recording
+    began and ended, each run's seconds, and how many failed."""
     from spanlift.platform.tracking.runs import ConfigurationRuns
 
-    start = time.perf_counter()
+    began = time.perf_counter()
     runs = ConfigurationRuns(uri, experiment)
-    opened = time.perf_counter() - start
-    seconds, failed = [], 0
+    opened = time.perf_counter() - began
+    start.wait()
+    began, seconds, failed = time.time(), [], 0
     for key in keys:
         index = int(key.rsplit("-", 1)[1])
         solver, nfe = SOLVERS[index % len(SOLVERS)], 3 + index // len(SOLVERS) % 4
         params = {"backbone": "gmm", "nfe": nfe, "solver": solver, "configuration": solver}
-        start = time.perf_counter()
+        clock = time.perf_counter()
         try:
             run = runs.open(key, f"{solver} nfe={nfe}", params, {"spanlift.code_version": "bench"})
             metrics = {"rmse": 0.1 + 0.01 * (index % 7), "val_rmse": 0.2 + 0.01 * (index % 5)}
@@ -57,29 +60,35 @@ def record_runs(uri: str, experiment: str, keys: list[str]) -> tuple[float, list
         except Exception:  # a writer that could not get in: counted, as a trial's retry would be
             failed += 1
             continue
-        seconds.append(time.perf_counter() - start)
-    return opened, seconds, failed
+        seconds.append(time.perf_counter() - clock)
+    return {
+        "opened": opened,
+        "began": began,
+        "ended": time.time(),
+        "seconds": seconds,
+        "failed": failed,
+    }
 
 
 def record(uri: str, experiment: str, runs: int, processes: int, offset: int) -> dict:
-    """`runs` runs recorded by `processes` processes at once."""
+    """`runs` runs recorded by `processes` processes at once; the wall time from the first
+    process's start of recording to the last one's end."""
     keys = [f"run-{offset + i}" for i in range(runs)]
     shares = [keys[i::processes] for i in range(processes)]
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["spanlift.platform.tracking.runs"])
-    with context.Pool(processes) as pool:
-        pool.starmap(len, [([],)] * processes)  # started and warm before the clock
-        start = time.perf_counter()
-        outcomes = pool.starmap(record_runs, [(uri, experiment, share) for share in shares])
-        wall = time.perf_counter() - start
-    seconds = sorted(s for _, done, _ in outcomes for s in done)
+    with context.Manager() as manager, context.Pool(processes) as pool:
+        start = manager.Barrier(processes)
+        outcomes = pool.starmap(record_runs, [(uri, experiment, s, start) for s in shares])
+    wall = max(o["ended"] for o in outcomes) - min(o["began"] for o in outcomes)
+    seconds = sorted(s for o in outcomes for s in o["seconds"])
     return {
         "wall": wall,
-        "open": statistics.median(opened for opened, _, _ in outcomes),
+        "open": statistics.median(o["opened"] for o in outcomes),
         "per_second": len(seconds) / wall,
         "median": statistics.median(seconds),
         "p90": seconds[int(0.9 * (len(seconds) - 1))],
-        "failed": sum(failed for _, _, failed in outcomes),
+        "failed": sum(o["failed"] for o in outcomes),
     }
 
 
@@ -109,7 +118,7 @@ def report(name: str, figures: dict, runs: int) -> None:
     for processes, r in figures["recorded"].items():
         print(
             f"  {runs} runs by {processes} process(es): {r['wall']:.2f} s, "
-            f"{r['per_second']:.1f} runs/s, opening the store {r['open']:.2f} s, one run median {1000 * r['median']:.0f} ms, "
+            f"{r['per_second']:.1f} runs/s (opening the store {r['open']:.2f} s before), one run median {1000 * r['median']:.0f} ms, "
             f"p90 {1000 * r['p90']:.0f} ms, failed {r['failed']}"
         )
     total = runs * len(figures["recorded"])
