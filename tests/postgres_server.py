@@ -8,7 +8,7 @@ handed to that user. Authentication is `trust` for local connections: the server
 127.0.0.1 only and lives as long as the tests that use it.
 
 `unavailable()` says why no server can be started here (no PostgreSQL binaries, no psycopg, root
-without an unprivileged user); tests skip with that reason.
+without an unprivileged user or runuser); tests skip with that reason.
 """
 
 import contextlib
@@ -54,6 +54,8 @@ def unavailable() -> str | None:
         return "PostgreSQL's initdb and pg_ctl are not installed (apt install postgresql)"
     if server_user() is None:
         return "running as root with no postgres or nobody user to run PostgreSQL as"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser to start PostgreSQL as another user"
     try:
         import psycopg  # noqa: F401
     except ImportError:
