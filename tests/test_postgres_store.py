@@ -68,10 +68,15 @@ def fit_and_rank(uri: str, folder: Path, capsys: pytest.CaptureFixture) -> str:
 
 @pytest.mark.e2e
 def test_fits_recorded_in_postgresql_rank_as_from_sqlite(
-    opened_at_once: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture
+    opened_at_once: tuple[str, list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     """The same two fits recorded into the PostgreSQL database and into SQLite: the leaderboard
-    reads the same table from both."""
+    reads the same table from both. (MLflow puts a database store's artifacts in `mlruns/` of
+    the working folder.)"""
+    monkeypatch.chdir(tmp_path)
     table = fit_and_rank(opened_at_once[0], tmp_path / "pg", capsys)
     assert "gmm         3  1 dyweight" in table and "   2    2 " in table  # 2 runs, 2 seeds
     assert table == fit_and_rank(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "sq", capsys)
