@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,diffusers]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,diffusers,cluster]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -54,3 +54,12 @@ def test_the_bucket_cluster_mounts_no_shared_disk_and_keeps_artifacts_in_the_buc
     assert "--artifacts-destination s3://" in server and "--serve-artifacts" in server
     for node in cluster["available_node_types"].values():
         assert "IamInstanceProfile" in node["node_config"]
+
+
+def test_the_tracking_server_keeps_runs_in_postgresql(cluster: dict) -> None:
+    """The head creates the database and the MLflow server's store is PostgreSQL through
+    psycopg (the `cluster` extra every node installs), not SQLite."""
+    server = next(c for c in cluster["head_start_ray_commands"] if "mlflow server" in c)
+    assert "--backend-store-uri 'postgresql+psycopg://" in server and "sqlite" not in server
+    assert any("createdb" in c for c in cluster["head_setup_commands"])
+    assert any("spanlift[cluster]" in c for c in cluster["setup_commands"])

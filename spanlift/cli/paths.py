@@ -56,10 +56,11 @@ def existing(shown: str, path: Any) -> None:
 
 
 def store(shown: str, uri: Any) -> None:
-    """A local MLflow store at `uri` is made only in a folder that exists."""
-    from spanlift.platform.tracking.runs import check_local_store
+    """A local MLflow store at `uri` is made only in a folder that exists; a database store's
+    driver is installed."""
+    from spanlift.platform.tracking.runs import check_store
 
-    check_local_store(str(uri))
+    check_store(str(uri))
 
 
 OUTPUT, FOLDER, INPUT, STORE = writable, writable_folder, existing, store

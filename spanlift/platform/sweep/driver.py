@@ -53,6 +53,7 @@ from spanlift.platform.sweep.stored_values import StoredValues
 from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
 from spanlift.platform.sweep.teacher import SweepTeachers, prepare_teachers
 from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
+from spanlift.platform.tracking.database import shown
 from spanlift.platform.tracking.runs import (
     ConfigurationRuns,
     connect,
@@ -244,7 +245,7 @@ def open_stores(
     stages.configurations = expected_configurations(config)
     stages.begin(
         "opening the MLflow store",
-        f"{stages.configurations} configurations of sweep {config.experiment} will be recorded at {uri}",
+        f"{stages.configurations} configurations of sweep {config.experiment} will be recorded at {shown(uri)}",
     )
     experiment_id(connect(uri), config.experiment, create=True)
     restore = sync_sweep_state(store, config, resume, restart)

@@ -22,6 +22,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
+from spanlift.platform.tracking.database import check_driver, is_postgres, schema_lock, shown
 from spanlift.solvers import SolverSpec
 
 KEY_TAG = "spanlift.key"
@@ -96,9 +97,17 @@ def check_local_store(uri: str) -> None:
         )
 
 
+def check_store(uri: str) -> None:
+    """What can be checked of a store URI without reaching it: a local store's folder exists
+    (`check_local_store`), a database URI's driver is installed (`database.check_driver`)."""
+    check_local_store(uri)
+    check_driver(uri)
+
+
 def connect(uri: str, read_only: bool = False) -> MlflowClient:
     """A client for `uri`, checked by one request so a bad URI fails before any work starts; a
-    local store is created only in a folder that exists (`check_local_store`).
+    local store is created only in a folder that exists, a database store only with its driver
+    installed (`check_store`).
 
     `read_only`: a local store that does not exist is an error instead of being created (MLflow
     creates an empty store on first contact)."""
@@ -108,7 +117,7 @@ def connect(uri: str, read_only: bool = False) -> MlflowClient:
             f"no MLflow store at {store}: run this where the sweep ran (it writes mlflow.db in its "
             "working folder), or pass --tracking-uri"
         )
-    check_local_store(uri)
+    check_store(uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep the console ours
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -117,10 +126,12 @@ def connect(uri: str, read_only: bool = False) -> MlflowClient:
         with first_contact(uri):
             client = MlflowClient(tracking_uri=uri)
             client.search_experiments(max_results=1)
+    except SettingsError:
+        raise
     except Exception as exc:  # MLflow raises many types for an unreachable store
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise SettingsError(
-            f"tracking URI {uri} cannot be reached ({reason}); start the tracking server or pass "
+            f"tracking URI {shown(uri)} cannot be reached ({reason}); start the tracking server or pass "
             f"--tracking-uri {DEFAULT_URI} for a local store"
         ) from None
     return client
@@ -128,11 +139,18 @@ def connect(uri: str, read_only: bool = False) -> MlflowClient:
 
 @contextmanager
 def first_contact(uri: str) -> Iterator[None]:
-    """Hold the folder of a SQLite store locked while MLflow first opens it there.
+    """Hold the folder of a SQLite store locked while MLflow first opens it there, or a
+    PostgreSQL database's advisory lock (`database.schema_lock`, which also fails with one line
+    where the server does not answer).
 
     MLflow creates and migrates a new SQLite store on first contact, and two processes doing so
     at once each run the migration: all but one fail. Under the lock one process creates the
-    store and the others wait, then find it complete. A server or file store needs no lock."""
+    store and the others wait, then find it complete. A tracking server or file store needs no
+    lock."""
+    if is_postgres(uri):
+        with schema_lock(uri):
+            yield
+        return
     store = local_store(uri) if uri.startswith("sqlite:///") else None
     if store is None:
         yield
