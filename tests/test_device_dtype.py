@@ -22,6 +22,9 @@ def specs():
         if name in ("spanlift", "ld3"):
             continue
         nfe = 4 if name in ("amed", "amed_plugin", "epd", "epd_plugin") else 3
+        if name == "dpm_solver_v3":  # statistics come from a fit; degenerated ones here
+            yield SolverSpec(name, nfe, settings={"degenerated": True})
+            continue
         yield SolverSpec(name, 5 if name == "ds_solver" else nfe)  # ds_solver: its tables' NFEs
     for base in ("euler", "heun", "ipndm", "dyweight", "dpm_solver_pp", "dlms"):
         for name in ("spanlift", "ld3"):
@@ -83,12 +86,15 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Backbone]:
 @pytest.mark.parametrize("backbone_name", EMBEDDED)
 def test_every_solver_rolls_out_on_the_backbones_device(embedded, backbone_name):
     """Parameters, noise and conditioning on `meta`: the endpoint must be there too, for every
-    registered solver (and SpanLift, LD3 over every base)."""
+    registered solver (and SpanLift, LD3 over every base) but DPM-Solver-v3, whose coefficient
+    tables are integrals of its statistics, computed once per grid on the host."""
     source = embedded[backbone_name]
     cond = source.conditioning(range(2))
     backbone = source.to("meta")  # the fixture's backbones serve this test alone
     failures = []
     for spec in specs():
+        if spec.name == "dpm_solver_v3":  # its coefficients integrate its statistics on the host
+            continue
         solver = build_solver(spec, backbone.sigma_min, backbone.sigma_max, backbone.shape[0])
         noise = torch.randn(2, *backbone.shape, device="meta")
         try:

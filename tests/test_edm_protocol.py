@@ -36,7 +36,12 @@ def last_denoised(denoiser):
     return call, seen
 
 
-@pytest.mark.parametrize("name", NATIVE_SOLVERS)
+TO_ZERO = [name for name in NATIVE_SOLVERS if name != "dpm_solver_v3"]
+"""Every solver but DPM-Solver-v3, whose statistics end at σ_min: it refuses a grid ending at
+σ = 0 in one line (tests/test_dpm_solver_v3.py)."""
+
+
+@pytest.mark.parametrize("name", TO_ZERO)
 def test_every_solver_reaches_zero_with_its_nfe_and_finite_samples(gmm64, name) -> None:
     nfe = 5
     settings = {"hidden_dim": 8} if name == "spanlift" else {}

@@ -93,6 +93,12 @@ def spanlift_rollout(backbone, solver, noise: Tensor) -> tuple[Tensor, Tensor]:
     return sample, calls.first
 
 
+FLOW_ROUNDING = 3e-4
+"""Float32 rounding through a flow pipeline: the scheduler rebuilds spanlift's state from the
+pipeline's latents, x = x_s·(1 + σ) with σ up to 999, so one rounding of x_s is a thousand times
+larger in x; the largest difference seen is 1.1e-4 (Heun on SANA, one torch thread)."""
+
+
 def loaded(solver, backbone, folder: Path) -> SpanLiftScheduler:
     export_diffusers(solver, backbone, folder)
     return SpanLiftScheduler.from_pretrained(folder)
@@ -118,7 +124,7 @@ def test_sana_pipeline_samples_as_spanlifts_rollout(spec, sana, folders, tmp_pat
             use_resolution_binning=False,
         ).images
     assert calls.count == spec.nfe
-    torch.testing.assert_close(latents, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(latents, expected, rtol=1e-4, atol=FLOW_ROUNDING)
     assert not torch.allclose(expected, first_input, atol=1e-2)
 
 
@@ -141,7 +147,7 @@ def test_flux_pipeline_samples_as_spanlifts_rollout(spec, flux, folders, tmp_pat
             output_type="latent",
         ).images
     assert calls.count == spec.nfe
-    torch.testing.assert_close(unpack(packed, 8, 8), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(unpack(packed, 8, 8), expected, rtol=1e-4, atol=FLOW_ROUNDING)
     assert torch.equal(pack(unpack(first_input, 8, 8)), first_input)
 
 

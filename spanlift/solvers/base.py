@@ -208,11 +208,20 @@ class Solver(nn.Module):
         """The model statistics the solver steps with, as the settings of their estimate
         (DPM-Solver-v3's EMS: timesteps, samples, seed), while it has none; None: it needs none.
         A fit computes them from the backbone's own samples (cached per backbone) and hands them
-        over with `use_statistics` before its first update."""
-        return None
+        over with `use_statistics` before its first update. Here: its base's request (a solver
+        built on DPM-Solver-v3 asks for what its base needs)."""
+        return next(filter(None, (base.statistics_request() for base in self.bases())), None)
 
     def use_statistics(self, statistics: Any) -> None:
-        """Keep the model statistics a fit computed for `statistics_request`; nothing here."""
+        """Keep the model statistics a fit computed for `statistics_request`: here, hand them to
+        the bases that asked."""
+        for base in self.bases():
+            if base.statistics_request() is not None:
+                base.use_statistics(statistics)
+
+    def bases(self) -> list["Solver"]:
+        """The solvers this one is built on (its direct sub-modules that are solvers)."""
+        return [child for child in self.children() if isinstance(child, Solver)]
 
     def inactive_parameters(self, iteration: int) -> list[nn.Parameter]:
         """Parameters a fit leaves unchanged at `iteration` (alternating schemes); none here."""
