@@ -37,7 +37,7 @@ from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History, Point, Solver
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.ipndm import check_order
-from spanlift.solvers.model_statistics import ModelStatistics, statistics_grid
+from spanlift.solvers.model_statistics import ModelStatistics
 from spanlift.solvers.registry import SOLVERS
 
 ON_NODE = 1e-9
@@ -199,9 +199,8 @@ class DPMSolverV3(Solver):
         """The statistics stepped on; with `degenerated`, l = 1, s = b = 0 on 1200 nodes of the
         grid's range (DPM-Solver++ up to the trapezoid rule)."""
         if self.degenerated:
-            lam = statistics_grid(float(self.sigmas[-1]), float(self.sigmas[0]), 1200)
-            ones = torch.ones(len(lam), *like.shape[1:], dtype=torch.float64)
-            return ModelStatistics(lam, ones, ones * 0, ones * 0)
+            sigmas = (float(self.sigmas[-1]), float(self.sigmas[0]))
+            return ModelStatistics.degenerate(*sigmas, tuple(like.shape[1:]))
         if not len(self.ems_lambda):
             raise SettingsError(
                 "dpm_solver_v3 has no model statistics: fit it (a sweep or `spanlift fit` "

@@ -55,6 +55,16 @@ class ModelStatistics:
                 f"and {len(self.l)}, {len(self.s)}, {len(self.b)} rows"
             )
 
+    @classmethod
+    def degenerate(
+        cls, sigma_min: float, sigma_max: float, shape: tuple[int, ...], timesteps: int = 1200
+    ) -> "ModelStatistics":
+        """l = 1, s = b = 0 on `timesteps` + 1 nodes of [σ_min, σ_max]: DPM-Solver-v3 is then
+        DPM-Solver++ up to the trapezoid rule (no model needed)."""
+        lam = statistics_grid(sigma_min, sigma_max, timesteps)
+        ones = torch.ones(len(lam), *shape, dtype=torch.float64)
+        return cls(lam, ones, ones * 0, ones * 0)
+
 
 def statistics_grid(sigma_min: float, sigma_max: float, timesteps: int) -> Tensor:
     """λ_0 … λ_M, M = `timesteps`: uniform from −ln σ_max to −ln σ_min (float64)."""

@@ -30,6 +30,7 @@ from spanlift.platform.sampling.rollout import rollout
 from spanlift.platform.sampling.teacher import TeacherSet, generate_teacher, teacher_for
 from spanlift.solvers import SOLVERS, SolverSpec, solver_settings
 from spanlift.solvers.loading import build, is_learnable
+from spanlift.solvers.model_statistics import ModelStatistics
 
 TEACHER = SolverSpec("heun", 9)
 FIT = FitSettings(iterations=4, batch_size=8, log_every=2, checkpoint_every=4, validate_every=2)
@@ -86,6 +87,9 @@ def on_device(spec: SolverSpec, backbone: Backbone, device: torch.device) -> tor
 def rollout_check(spec: SolverSpec, backbone: Backbone, device: torch.device, dtype: torch.dtype):
     def body() -> None:
         solver = on_device(spec, backbone, device)
+        if solver.statistics_request() is not None:  # a fit estimates them (the fit check)
+            sigmas = (backbone.sigma_min, backbone.sigma_max)
+            solver.use_statistics(ModelStatistics.degenerate(*sigmas, tuple(backbone.shape)))
         noise = torch.randn(4, *backbone.shape, device=device, dtype=dtype)
         cond = backbone.conditioning(range(4))
         if cond is not None:
