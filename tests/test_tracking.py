@@ -11,6 +11,7 @@ from spanlift.platform.tracking.board_format import format_leaderboard, write_cs
 from spanlift.platform.tracking.board_plot import plot_leaderboard
 from spanlift.platform.tracking.leaderboard import leaderboard, rank
 from spanlift.platform.tracking.runs import ConfigurationRuns, absolute_uri, connect, experiment_id
+from tests.store_contact import open_store_at
 
 
 @pytest.fixture
@@ -143,16 +144,6 @@ def test_fids_from_different_detectors_are_never_ranked_together(store: str, tmp
     assert "fid against fid.detector=inception:bbbbbbbbbbbb, fid.reference=dataset:" in table
     plot = plot_leaderboard(entries, "fid", tmp_path / "fid.png")
     assert plot.read_bytes()[:4] == b"\x89PNG"
-
-
-def open_store_at(uri: str, start) -> str:
-    """One process's first contact with a store (a sweep, `spanlift leaderboard`, a poller)."""
-    start.wait()  # every process reaches connect() at the same moment
-    try:
-        connect(uri)
-        return "ok"
-    except Exception as exc:  # the test reports what each process saw
-        return str(exc).splitlines()[0]
 
 
 def test_processes_opening_a_new_store_at_once_all_get_it(tmp_path: Path) -> None:
