@@ -9,9 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from spanlift.cli import main
+from spanlift.platform.doctor.memory import EvaluationProbe, SweepProbe
+from spanlift.platform.evaluation.evaluator import Evaluator
+from spanlift.platform.sampling.tensor_memory import MARGIN, device_peak, module_bytes
+from spanlift.platform.sweep.config import parse_sweep
+from spanlift.platform.sweep.evaluation import evaluator_setup
+from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import build
 from tests.cli_run import ROOT, command_environment
 
 FAIL = re.compile(r"fits with checkpoint (\w+)(?:, micro_batch (\d+))?: ")
@@ -77,3 +85,59 @@ def test_the_shipped_sana_sweep_fits_the_80_gb_gpu_its_comment_names(tmp_path, c
     assert all(line.startswith("pass") for line in fits + evaluations), "\n".join(lines)
     assert status == 0
     shutil.rmtree(tmp_path / "models")  # 3 GB of weights
+
+
+def test_an_evaluation_pass_is_measured_as_the_whole_pass_peaks(tmp_path):
+    """The doctor measures each solver's rollout, and what follows it (decoding, the metrics)
+    once: each pass's peak equals the whole pass's, for the solver whose samples it decoded and
+    for the solvers after it; loading the metric networks is not counted as a pass's bytes (they
+    are the weights' line)."""
+    sweep = {**DIGITS_SWEEP, "evaluation": {"metrics": ["fid"], "detector": "digits_eval"}}
+    config = parse_sweep(sweep, "digits.yaml", tmp_path)
+    cpu = torch.device("cpu")
+    probe = SweepProbe(config, cpu, 2**34)
+    evaluation = EvaluationProbe(probe, Evaluator(evaluator_setup(config, tmp_path)))
+    specs = [SolverSpec("ipndm", 4), SolverSpec("spanlift", 3, settings={"base": "dyweight"})]
+
+    def whole_pass(solver: torch.nn.Module, samples: int) -> int:
+        part = evaluation.evaluator.shard_part
+        with torch.no_grad():
+            return device_peak(cpu, lambda: part(solver, list(range(samples)), evaluation.metrics))
+
+    measured = {}
+    for spec in specs:  # the probe first: the networks load within its first pass
+        solver = build(spec, probe.backbone)
+        measured[spec.label()] = [evaluation.peak(solver, samples) for samples in (1, 2)]
+    for spec in specs:
+        solver = build(spec, probe.backbone)
+        whole = [whole_pass(solver, samples) for samples in (1, 2)]
+        assert measured[spec.label()] == whole, spec.label()
+        assert whole[1] > whole[0]  # a second sample costs its bytes: the slope is measured
+    assert "fid" in evaluation.metrics
+
+
+def test_the_evaluation_batch_the_doctor_names_fits_when_measured_whole(tmp_path, capsys):
+    """The batch `doctor --memory` says fits (its slope measured with the networks already
+    loaded) takes no more than the GPU when a whole pass of it is measured."""
+    sweep = {
+        **DIGITS_SWEEP,
+        "solvers": [{"name": "ipndm", "nfe": 4}],
+        "evaluation": {"metrics": ["fid"], "detector": "digits_eval", "batch_size": "auto"},
+    }
+    path = tmp_path / "digits.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    status, lines = doctor_memory(path, "0.05", capsys)
+    assert status == 0, lines
+    (line,) = [line for line in lines if line.startswith("pass  eval")]
+    batch = int(re.search(r"at most (\d+) fit", line).group(1))
+    config = parse_sweep(sweep, str(path), tmp_path)
+    evaluator = Evaluator(evaluator_setup(config, tmp_path))
+    solver = build(SolverSpec("ipndm", 4), evaluator.backbone)
+    metrics = ["fid", "latency"]
+    with torch.no_grad():
+        evaluator.shard_part(solver, [0], metrics)  # the networks loaded
+        whole = device_peak(
+            torch.device("cpu"), lambda: evaluator.shard_part(solver, list(range(batch)), metrics)
+        )
+    weights = module_bytes(*evaluator.loaded_modules())
+    assert batch >= 1 and weights + whole <= 0.05 * 2**30 * (1 - MARGIN), (batch, whole)

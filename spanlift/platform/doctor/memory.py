@@ -4,7 +4,8 @@ evaluation, predicted from a probe of the sweep's own backbone before any GPU ho
     fit   weights (backbone, the loss's networks, solver) + FitProbe.peak at the fit's memory
           settings and batch per worker (platform/fitting/memory_plan.py)
     eval  weights (backbone, detector and metric networks) + a pass of `evaluation.batch_size`
-          samples: measured at one and two samples, linear beyond (`batch_that_fits`)
+          samples: measured at one and two samples, linear beyond (`batch_that_fits`); each
+          solver's rollout measured, what follows it (decoding, metrics) once (`EvaluationProbe`)
 
 A fit that does not fit the GPU with MARGIN to spare is a FAIL line naming the settings that
 `checkpoint: auto` would choose there, and their peak; an evaluation names the batch that fits.
@@ -123,37 +124,62 @@ class SweepProbe:
         peak = weights + probe.peak(checkpoint, samples)
         return f"fits with checkpoint {checkpoint}{micro}: {gib(peak)}"
 
-    def evaluation(self, spec: SolverSpec) -> Outcome:
-        """A pass of the evaluation's batch of `spec`'s samples, and the batch that fits."""
-        from spanlift.platform.sweep.evaluation import evaluator_setup
 
-        name = f"eval {spec.label()} nfe={spec.nfe}"
-        with tempfile.TemporaryDirectory() as folder:
-            return self.evaluation_in(
-                spec, name, Evaluator(evaluator_setup(self.config, Path(folder)))
+@dataclass
+class EvaluationProbe:
+    """The memory of the sweep's evaluation passes, per solver. A pass is a rollout, then the
+    decoding and metrics of its samples (`Evaluator.shard_part`); the second part is the same
+    whichever solver drew the samples, so it is measured once (with the first solver's samples)
+    and each solver's rollout on its own. A pass's peak is the larger of the two parts', the
+    second on top of the rollout's noise, conditioning and endpoints that it holds."""
+
+    probe: SweepProbe
+    evaluator: Evaluator
+
+    def __post_init__(self) -> None:
+        self.metrics, self.missing = available_metrics(self.probe.config, self.evaluator)
+        self.after: dict[int, int] = {}
+
+    @torch.no_grad()
+    def peak(self, solver: torch.nn.Module, samples: int) -> int:
+        """Peak bytes of a pass over `samples` seeds with `solver`."""
+        seeds, kept = list(range(samples)), {}
+
+        def rollout() -> None:
+            noise, cond = self.evaluator.shard_inputs(seeds)
+            kept["pass"] = (noise, cond, *self.evaluator.timed_rollout(solver, noise, cond))
+
+        during = device_peak(self.probe.device, rollout)
+        if samples not in self.after:
+            noise, cond, seconds, endpoints = kept["pass"]
+            held = sum(
+                t.untyped_storage().nbytes() for t in (noise, cond, endpoints) if t is not None
             )
+            states = self.evaluator.sample_states
+            after = lambda: states(seeds, noise, cond, endpoints, seconds, self.metrics)  # noqa: E731
+            if not self.after:
+                after()  # loads the detector and metric networks: their bytes are the weights'
+            self.after[samples] = held + device_peak(self.probe.device, after)
+        return max(during, self.after[samples])
 
-    def evaluation_in(self, spec: SolverSpec, name: str, evaluator: Evaluator) -> Outcome:
-        """`evaluation` with an evaluator whose caches live in a temporary folder."""
-        metrics, missing = available_metrics(self.config, evaluator)
-        solver = build(spec, self.backbone).to(self.device)
-        seeds = list(range(2))
-
-        def run(samples: int) -> Any:
-            return evaluator.shard_part(solver, seeds[:samples], metrics)
-
-        with torch.no_grad():
-            one, two = (device_peak(self.device, lambda n=n: run(n)) for n in (1, 2))
-        weights = module_bytes(*evaluator_networks(evaluator))
+    def outcome(self, spec: SolverSpec) -> Outcome:
+        """A pass of the evaluation's batch of `spec`'s samples, and the batch that fits."""
+        name = f"eval {spec.label()} nfe={spec.nfe}"
+        solver = build(spec, self.probe.backbone).to(self.probe.device)
+        one, two = (self.peak(solver, samples) for samples in (1, 2))
+        weights = module_bytes(*evaluator_networks(self.evaluator))
         per_sample = max(two - one, 1)
-        setting = self.config.evaluation.batch_size
-        fitting = [b for b in halvings(256) if weights + one + (b - 1) * per_sample <= self.budget]
+        setting = self.probe.config.evaluation.batch_size
+        budget = self.probe.budget
+        fitting = [b for b in halvings(256) if weights + one + (b - 1) * per_sample <= budget]
         fits = max(fitting or [0])
         batch = fits if setting == "auto" else int(setting)
         peak = weights + one + (max(batch, 1) - 1) * per_sample
-        skipped = f" (left out, unavailable here: {', '.join(missing)})" if missing else ""
+        skipped = (
+            f" (left out, unavailable here: {', '.join(self.missing)})" if self.missing else ""
+        )
         detail = f"{gib(peak)} at batch {batch} ({setting}); at most {fits} fit{skipped}"
-        return Outcome("pass" if batch and peak <= self.budget else "FAIL", name, detail)
+        return Outcome("pass" if batch and peak <= budget else "FAIL", name, detail)
 
 
 def asked_settings(settings: FitSettings) -> str:
@@ -177,12 +203,17 @@ def evaluator_networks(evaluator: Evaluator) -> list[torch.nn.Module]:
 
 def memory_outcomes(config: SweepConfig, gpu_bytes: int, device: torch.device) -> Iterator[Outcome]:
     """One line per configuration's fit, then per evaluation (one per distinct rows per call)."""
+    from spanlift.platform.sweep.evaluation import evaluator_setup
+
     probe = SweepProbe(config, device, gpu_bytes)
     for entry, spec in config.grid():
         yield probe.fit(spec, config.fit_of(entry))
-    if config.evaluation.metrics:
+    if not config.evaluation.metrics:
+        return
+    with tempfile.TemporaryDirectory() as folder:  # the evaluator's caches
+        evaluation = EvaluationProbe(probe, Evaluator(evaluator_setup(config, Path(folder))))
         for spec in distinct_rollouts(config.trials(), probe.backbone):
-            yield probe.evaluation(spec)
+            yield evaluation.outcome(spec)
 
 
 def distinct_rollouts(specs: list[SolverSpec], backbone: Backbone) -> list[SolverSpec]:

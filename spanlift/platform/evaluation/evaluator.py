@@ -148,9 +148,26 @@ class Evaluator:
         self, solver: torch.nn.Module, batch: Sequence[int], metrics: Sequence[str]
     ) -> dict[str, Any]:
         """The metric states of the samples of the seeds `batch`, drawn at once (`solver_states`)."""
-        noise = seed_noise(batch, self.backbone.shape).to(self.device)
-        cond = on_device(self.backbone.conditioning(batch), self.device)
+        noise, cond = self.shard_inputs(batch)
         seconds, endpoints = self.timed_rollout(solver, noise, cond)
+        return self.sample_states(batch, noise, cond, endpoints, seconds, metrics)
+
+    def shard_inputs(self, batch: Sequence[int]) -> tuple[Tensor, Tensor | None]:
+        """The noise and conditioning of the seeds `batch` on this evaluator's device."""
+        noise = seed_noise(batch, self.backbone.shape).to(self.device)
+        return noise, on_device(self.backbone.conditioning(batch), self.device)
+
+    def sample_states(
+        self,
+        batch: Sequence[int],
+        noise: Tensor,
+        cond: Tensor | None,
+        endpoints: Tensor,
+        seconds: float,
+        metrics: Sequence[str],
+    ) -> dict[str, Any]:
+        """The metric states of the rollout's `endpoints` (what follows the rollout in
+        `shard_part`: decoding and the metrics, the same whichever solver drew them)."""
         # Clipped as the EDM protocol clips (x·127.5 + 128 into [0, 255]; clamping first changes
         # no pixel): a poor solver's overshoot is a bad sample, not images of the wrong range.
         samples = self.backbone.decode(endpoints).clamp(-1, 1)
