@@ -51,6 +51,14 @@ def sana(folders) -> Sana:
 
 
 @pytest.fixture(scope="module")
+def sana_pipe(folders) -> SanaPipeline:
+    """The saved SANA pipeline, loaded once; each test gives it its own scheduler."""
+    pipe = SanaPipeline.from_pretrained(folders["sana"], local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+@pytest.fixture(scope="module")
 def flux(folders) -> Flux:
     return Flux(path=folders["flux"], prompts=folders["prompts"], resolution=16)
 
@@ -105,12 +113,11 @@ def loaded(solver, backbone, folder: Path) -> SpanLiftScheduler:
 
 
 @pytest.mark.parametrize("spec", SOLVERS, ids=lambda s: s.label())
-def test_sana_pipeline_samples_as_spanlifts_rollout(spec, sana, folders, tmp_path) -> None:
+def test_sana_pipeline_samples_as_spanlifts_rollout(spec, sana, sana_pipe, tmp_path) -> None:
     solver = fitted(spec, sana)
     noise = torch.randn(len(SEEDS), *sana.shape, generator=torch.Generator().manual_seed(1))
     expected, first_input = spanlift_rollout(sana, solver, noise)
-    pipe = SanaPipeline.from_pretrained(folders["sana"], local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = sana_pipe
     pipe.scheduler = loaded(solver, sana, tmp_path / "scheduler")
     with Calls(pipe.transformer, len(SEEDS)) as calls:
         latents = pipe(
@@ -216,7 +223,7 @@ def test_a_bfloat16_pipeline_gets_bfloat16_latents_from_float32_arithmetic(edm, 
     assert (half.float() - full).abs().max() < 0.05 * full.abs().max()
 
 
-def test_bad_inputs_are_one_clear_error(sana, flux, edm, folders, tmp_path) -> None:
+def test_bad_inputs_are_one_clear_error(sana, sana_pipe, flux, edm, folders, tmp_path) -> None:
     spatial = loaded(fitted(SOLVERS[4], sana), sana, tmp_path / "sana")
     with pytest.raises(SettingsError, match=r"made for num_inference_steps=3 \(its NFE\), got 20"):
         spatial.set_timesteps(20)
@@ -227,8 +234,6 @@ def test_bad_inputs_are_one_clear_error(sana, flux, edm, folders, tmp_path) -> N
     pipe.scheduler = spatial
     with pytest.raises(SettingsError, match=r"exported for sana latents .*another model family"):
         pipe(prompt=["a cat"], num_inference_steps=3, height=16, width=16, output_type="latent")
-    sana_pipe = SanaPipeline.from_pretrained(folders["sana"], local_files_only=True)
-    sana_pipe.set_progress_bar_config(disable=True)
     sana_pipe.scheduler = spatial
     with pytest.raises(SettingsError, match=r"fitted at latent size \(4, 8, 8\)"):
         sana_pipe(

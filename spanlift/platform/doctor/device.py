@@ -26,6 +26,7 @@ from spanlift.nowcasting.synthetic import write_synthetic_sevir
 from spanlift.platform.detectors.registry import Detector
 from spanlift.platform.doctor.report import Outcome, checked
 from spanlift.platform.fitting.fit import FitSettings, fit
+from spanlift.platform.sampling.model_statistics import model_statistics
 from spanlift.platform.sampling.rollout import rollout
 from spanlift.platform.sampling.teacher import TeacherSet, generate_teacher, teacher_for
 from spanlift.solvers import SOLVERS, SolverSpec, solver_settings
@@ -104,9 +105,17 @@ def rollout_check(spec: SolverSpec, backbone: Backbone, device: torch.device, dt
     return body
 
 
+DOCTOR_STATISTICS = {"timesteps": 64, "samples": 16}
+"""The model statistics a fit check estimates where its solver asks for some: the same estimate
+on the device as a fit's, at a size that takes a moment (a fit's own is 1 200 × 1 024)."""
+
+
 def fit_check(spec: SolverSpec, backbone: Backbone, teacher: TeacherSet, device: torch.device):
     def body() -> str:
         solver = on_device(spec, backbone, device)
+        request = solver.statistics_request()
+        if request is not None:
+            solver.use_statistics(model_statistics(backbone, teacher, request | DOCTOR_STATISTICS))
         result = fit(solver, backbone, teacher_for(solver, teacher, backbone), FIT, progress=False)
         for name, p in solver.named_parameters():
             if p.device.type != device.type or not torch.isfinite(p).all():
