@@ -155,8 +155,11 @@ class EvaluationProbe:
             held = sum(
                 t.untyped_storage().nbytes() for t in (noise, cond, endpoints) if t is not None
             )
-            states = self.evaluator.sample_states
-            after = lambda: states(seeds, noise, cond, endpoints, seconds, self.metrics)  # noqa: E731
+
+            def after() -> Any:
+                states = self.evaluator.sample_states
+                return states(seeds, noise, cond, endpoints, seconds, self.metrics)
+
             if not self.after:
                 after()  # loads the detector and metric networks: their bytes are the weights'
             self.after[samples] = held + device_peak(self.probe.device, after)
