@@ -11,7 +11,9 @@ iterations run, what ended it, fit seconds.
         [--nfe 3 4] [--seconds 400]
 
 FOLDER is the sweep's storage as given to `spanlift sweep --storage` (absolute: a solver on a
-fitted base names its base's checkpoint by path, so both machines must use the same one).
+fitted base names its base's checkpoint by path, so both machines must use the same one). A sweep
+whose fits run on several Ray Train workers (`resources.workers` > 1) is refused: one process
+would fit a different configuration than its key says.
 """
 
 import argparse
@@ -99,7 +101,11 @@ def main() -> None:
     parser.add_argument("--nfe", type=int, nargs="*", help="only these NFE (default: all)")
     parser.add_argument("--seconds", type=float, default=float("inf"), help="start no fit after")
     args = parser.parse_args()
-    root = Path(args.storage).resolve() / load_sweep(args.sweep).experiment
+    config = load_sweep(args.sweep)
+    if config.resources.workers != 1:
+        parser.exit(2, f"fill_fit_cache: {args.sweep} fits on {config.resources.workers} Ray Train "
+                    "workers; this fits in one process, so it takes only workers: 1\n")  # fmt: skip
+    root = Path(args.storage).resolve() / config.experiment
     deadline = time.time() + args.seconds
     run = partial(fit_one, sweep=args.sweep, root=root, device=args.device, deadline=deadline)
     todo = jobs(args.sweep, args.nfe)
