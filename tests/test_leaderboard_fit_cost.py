@@ -147,3 +147,19 @@ def test_the_latex_table_with_its_fit_column_fits_a_one_column_article(
     log = compile_latex(latex(costed_demo_board(), "rmse", columns), tmp_path)
     assert "Overfull \\hbox" not in log, overfull(log)
     assert "Missing character" not in log
+
+
+def test_a_fit_taken_from_the_fit_cache_shows_the_seconds_its_checkpoint_took(
+    store: Store,
+) -> None:
+    """A run that took its fit from the fit cache (made by an earlier sweep, another node or
+    `benchmarks/fill_fit_cache.py`) records 0 fit seconds of its own; its row shows the seconds
+    of the fit that made the checkpoint, and the footer says so."""
+    metrics = {"rmse": 0.1, "fit.iterations_run": 675, "fit_seconds": 0.0}
+    store.log("spanlift", {**metrics, "fit.cached_seconds": 245.0}, fit__stopped_by="rule")
+    store.log("dyweight", {**metrics, "rmse": 0.2}, fit__stopped_by="rule")
+    lines = board_lines(store)
+    assert "675 it · 4 min" in lines["spanlift"]
+    assert "675 it " in lines["dyweight"] and "675 it ·" not in lines["dyweight"]  # no time
+    text = format_leaderboard(store.board(), "rmse")
+    assert "the fit that made the checkpoint it took from the fit cache" in text

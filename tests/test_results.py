@@ -87,6 +87,25 @@ def test_the_fit_cache_builds_each_solver_once_and_fits_it_once(gmm, tmp_path, m
     assert plain.path is None and len(fits) == 2  # nothing to fit
 
 
+def test_a_fit_taken_from_the_cache_records_the_seconds_its_checkpoint_took(gmm, tmp_path):
+    """A run that fitted nothing itself (0 s of its own) records the seconds of the fit that
+    made the checkpoint it took, a two-stage fit's base included, so its row shows a fit cost."""
+
+    def fit_one(solver: Solver, out: Path) -> Fitted:
+        seconds = 3.0 if solver.spec.name == "spanlift" else 2.0
+        metadata = {"fit_seconds": seconds}
+        if solver.spec.name == "spanlift":
+            metadata["base_fit_seconds"] = 2.0
+        return Fitted.from_checkpoint(solver, save_solver(out, solver, metadata), seconds=seconds)
+
+    spec = SolverSpec("spanlift", 3, settings={"base": "dyweight"})
+    made = cache(tmp_path, lr=0.1).fitted(spec, gmm, fit_one)
+    taken = cache(tmp_path, lr=0.1).fitted(spec, gmm, fit_one)
+    assert made.metrics()["fit_seconds"] == 5.0 and "fit.cached_seconds" not in made.metrics()
+    assert taken.metrics()["fit_seconds"] == 0.0
+    assert taken.metrics()["fit.cached_seconds"] == 5.0
+
+
 def test_a_run_names_its_training_teacher_only_when_it_had_one() -> None:
     trained = Configuration("gmm", {}, SPANLIFT, teacher_identity(TEACHER, 8), fit={"lr": 0.1})
     params = configuration_params(trained)

@@ -49,6 +49,7 @@ class Fitted:
     # validation, by iteration
     base_seconds: float = 0.0  # a two-stage fit's base fit seconds, as its checkpoint records
     validation_resolves: float | None = None  # the relative gain its validation seeds resolve
+    made_in: float = 0.0  # seconds of the fit that made the checkpoint, its base's included
 
     @classmethod
     def from_checkpoint(
@@ -78,6 +79,7 @@ class Fitted:
             dict(metadata.get("validation_seconds", {})),
             float(metadata.get("base_fit_seconds", 0.0)),
             metadata.get("validation_resolves"),
+            float(metadata.get("fit_seconds", 0.0)) + float(metadata.get("base_fit_seconds", 0.0)),
         )
 
     @property
@@ -86,10 +88,15 @@ class Fitted:
         return self.solver.spec
 
     def metrics(self) -> dict[str, float]:
+        """What the run records of the fit: `fit_seconds` is the fit compute of this call (0
+        when the fit was taken from the cache); `fit.cached_seconds`, recorded then, what the
+        fit that made the checkpoint took (wherever it ran), so the row still shows a cost."""
         kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
         ran = {} if self.iterations_run is None else {"fit.iterations_run": self.iterations_run}
         if self.validation_resolves is not None:
             ran["fit.validation_resolves"] = self.validation_resolves
+        if not self.seconds and self.made_in:
+            ran["fit.cached_seconds"] = self.made_in
         return {
             "fit_seconds": self.seconds,
             "fit_resumed_from": float(self.resumed_from),

@@ -6,7 +6,9 @@ Read from what each run records, so runs from before any of it show what they ha
   rule, when every fit ran its whole cap) the param `fit.iterations`.
 - **seconds**: the metric `fit_seconds`, the fit's wall time, a two-stage SpanLift's base fit
   included when it was fitted in the same trial. A fit taken from the fit cache records 0 seconds
-  of its own: no time is shown for it.
+  of its own and, since `fit.cached_seconds`, the seconds of the fit that made its checkpoint
+  (base included; on whichever machine made it): those are shown. A cached fit's run from before
+  that record shows no time.
 - **device-hours**: seconds × the devices the fit held / 3 600. A sweep's fit holds `fit.workers`
   Ray Train workers (param), each one GPU share when it used GPUs (`fit.use_gpu`, else
   `env.device`), its CPUs otherwise: GPU-hours or CPU-hours. A run without `fit.workers` fitted in
@@ -31,7 +33,8 @@ import numpy as np
 STILL_IMPROVING = "↗"
 NOTE = (
     "fit: iterations run and wall time of the fit, mean over the row's replicates, with "
-    "device-hours (seconds × devices held) where it held several; - nothing fitted"
+    "device-hours (seconds × devices held) where it held several; - nothing fitted; a run that "
+    "fitted nothing itself shows the fit that made the checkpoint it took from the fit cache"
 )
 STILL_IMPROVING_NOTE = (
     f"{STILL_IMPROVING} its cap (fit.iterations) stopped the fit while its validation was still "
@@ -66,7 +69,7 @@ def number(text: object) -> float | None:
 
 def run_cost(params: dict[str, str], metrics: dict[str, float]) -> RunCost:
     """What a run's params and metrics say of its fit (module docstring)."""
-    seconds = number(metrics.get("fit_seconds"))
+    seconds = number(metrics.get("fit_seconds")) or number(metrics.get("fit.cached_seconds"))
     ran = number(metrics.get("fit.iterations_run"))
     learned = ran is not None or bool(seconds) or "fit_best_iteration" in metrics
     iterations = ran if ran is not None else number(params.get("fit.iterations"))
