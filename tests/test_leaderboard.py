@@ -231,3 +231,19 @@ def test_a_row_counts_the_newest_code_versions_runs_once_per_fit_seed(store: Sto
     assert (row.n, sorted(row.values)) == (2, [0.12, 0.20])
     assert row.protocol["code.version"] == "new" and row.superseded == 3
     assert any("3 runs left out" in line for line in notes([row]))
+
+
+def test_the_footer_says_how_many_standard_errors_each_rows_interval_spans(store: Store) -> None:
+    """A two-replicate interval is 12.71 standard errors either side (Student's t table:
+    t_0.975,1 = 12.706, t_0.975,2 = 4.303): the footer says so for the n the table shows."""
+    for seed, value in enumerate([0.10, 0.12]):
+        store.log("dyweight", {"rmse": value}, fit__seed=seed, configuration__key="d")
+    for seed, value in enumerate([0.20, 0.21, 0.25]):
+        store.log("bns", {"rmse": value}, fit__seed=seed, configuration__key="b")
+    rows = {e.solver: e for e in store.board()}
+    assert rows["dyweight"].half_width == pytest.approx(12.706 * 0.0141421 / 2**0.5, rel=1e-4)
+    (note,) = [line for line in notes(list(rows.values())) if line.startswith("±")]
+    assert "t = 12.71 at n = 2, 4.30 at n = 3" in note
+    store.log("euler", {"rmse": 0.3})
+    alone = [e for e in store.board() if e.solver == "euler"]
+    assert not [line for line in notes(alone) if line.startswith("±")]  # one run: no interval

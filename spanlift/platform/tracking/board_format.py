@@ -24,6 +24,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
+from spanlift.platform.statistics import t_quantile
 from spanlift.platform.tracking.display import display_name
 from spanlift.platform.tracking.entry import ROW_COLUMNS, Entry
 from spanlift.platform.tracking.fit_cost import NOTE, STILL_IMPROVING_NOTE, cost_cell, cost_parts
@@ -137,6 +138,16 @@ def format_leaderboard(entries: list[Entry], metric: str, columns: tuple[str, ..
     return "\n".join(lines + notes(entries))
 
 
+def interval_note(entries: list[Entry]) -> str:
+    """How wide the ± of the rows' replicate counts is: t_{0.975, n−1} standard errors."""
+    counts = sorted({e.n for e in entries if e.half_width is not None})
+    widths = ", ".join(f"{t_quantile(n - 1):.2f} at n = {n}" for n in counts)
+    return (
+        f"± is the 95 % Student t interval over the row's n replicates (fit seeds): t·s/√n with "
+        f"t = {widths}; rows of few replicates have wide intervals by construction"
+    )
+
+
 def notes(entries: list[Entry]) -> list[str]:
     """The footnotes the marks of `entries` need."""
     shown = []
@@ -158,6 +169,8 @@ def notes(entries: list[Entry]) -> list[str]:
             f"{left_out} runs left out: a configuration's runs by an older result code version, or "
             "a fit seed's older run; each row counts the newest version's newest run of each seed"
         )
+    if any(e.half_width is not None for e in entries):
+        shown.append(interval_note(entries))
     resolved = [e.test_resolves for e in entries if e.test_resolves is not None]
     if resolved:
         shown.append(
