@@ -6,20 +6,26 @@ import re
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from spanlift.backbones import load_backbone
 from spanlift.cli import main
+from spanlift.platform.doctor import device as doctor_device
 from spanlift.platform.doctor.memory import EvaluationProbe, SweepProbe
+from spanlift.platform.doctor.replayed_calls import ReplayedCalls
 from spanlift.platform.evaluation.evaluator import Evaluator
+from spanlift.platform.sampling.rollout import rollout
 from spanlift.platform.sampling.tensor_memory import MARGIN, device_peak, module_bytes
 from spanlift.platform.sweep.config import parse_sweep
 from spanlift.platform.sweep.evaluation import evaluator_setup
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import build
+from spanlift.solvers.model_statistics import ModelStatistics
 from tests.cli_run import ROOT, command_environment
 
 FAIL = re.compile(r"fits with checkpoint (\w+)(?:, micro_batch (\d+))?: ")
@@ -141,3 +147,29 @@ def test_the_evaluation_batch_the_doctor_names_fits_when_measured_whole(tmp_path
         )
     weights = module_bytes(*evaluator.loaded_modules())
     assert batch >= 1 and weights + whole <= 0.05 * 2**30 * (1 - MARGIN), (batch, whole)
+
+
+def test_a_rollout_with_replayed_calls_peaks_as_the_rollout_with_every_call_run():
+    """On a CPU the doctor runs one backbone call per input shape and replays the rest
+    (`doctor/replayed_calls.py`): for every registered solver, and every wrapper over every base,
+    the peak equals that of the same rollout with every call run, with one call set of shapes
+    shared by all of them as the doctor shares it."""
+    digits = load_backbone("digits").freeze()
+    replayed = ReplayedCalls(digits)
+    cpu, compared, calls = torch.device("cpu"), 0, []
+    real_denoise = digits.denoise
+    digits.denoise = lambda *args: calls.append(1) or real_denoise(*args)
+    for spec in doctor_device.solver_specs():
+        solver = build(spec, digits)
+        if solver.statistics_request() is not None:  # a fit estimates them
+            sigmas = (digits.sigma_min, digits.sigma_max)
+            solver.use_statistics(ModelStatistics.degenerate(*sigmas, tuple(digits.shape)))
+        noise = torch.randn(1, *digits.shape, generator=torch.Generator().manual_seed(0))
+        run = partial(rollout, solver, digits, noise)
+        with torch.no_grad():
+            run()  # what a solver computes once (its coefficients) is made before either count
+            assert replayed.peak(run) == device_peak(cpu, run), spec.label()
+        compared += 1
+    del digits.denoise
+    assert compared > 50 and replayed.calls_run == len(replayed.first) < 10
+    assert len(calls) > 40 * replayed.calls_run  # the calls the rollouts run in full made

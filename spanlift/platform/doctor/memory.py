@@ -5,7 +5,8 @@ evaluation, predicted from a probe of the sweep's own backbone before any GPU ho
           settings and batch per worker (platform/fitting/memory_plan.py)
     eval  weights (backbone, detector and metric networks) + a pass of `evaluation.batch_size`
           samples: measured at one and two samples, linear beyond (`batch_that_fits`); each
-          solver's rollout measured, what follows it (decoding, metrics) once (`EvaluationProbe`)
+          solver's rollout measured, what follows it (decoding, metrics) once (`EvaluationProbe`;
+          on a CPU one backbone call per input shape runs, `replayed_calls.py`)
 
 A fit that does not fit the GPU with MARGIN to spare is a FAIL line naming the settings that
 `checkpoint: auto` would choose there, and their peak; an evaluation names the batch that fits.
@@ -26,6 +27,7 @@ import torch
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import loaded_backbone
 from spanlift.errors import SpanliftError
+from spanlift.platform.doctor.replayed_calls import ReplayedCalls, rollout_peak
 from spanlift.platform.doctor.report import Outcome
 from spanlift.platform.evaluation.evaluator import Evaluator
 from spanlift.platform.evaluation.metrics import SampleMetric, chosen
@@ -139,6 +141,7 @@ class EvaluationProbe:
     def __post_init__(self) -> None:
         self.metrics, self.missing = available_metrics(self.probe.config, self.evaluator)
         self.after: dict[int, int] = {}
+        self.replayed = ReplayedCalls(self.evaluator.backbone)
 
     @torch.no_grad()
     def peak(self, solver: torch.nn.Module, samples: int) -> int:
@@ -149,7 +152,7 @@ class EvaluationProbe:
             noise, cond = self.evaluator.shard_inputs(seeds)
             kept["pass"] = (noise, cond, *self.evaluator.timed_rollout(solver, noise, cond))
 
-        during = device_peak(self.probe.device, rollout)
+        during = rollout_peak(self.probe.device, self.replayed, rollout)
         if samples not in self.after:
             noise, cond, seconds, endpoints = kept["pass"]
             held = sum(
