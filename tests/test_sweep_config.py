@@ -116,6 +116,11 @@ def changed(path: list, value: object) -> dict:
             "resources.use_gpu: expected true, false or auto",
         ),
         (changed(["teacher"], {"nfe": 0}), "teacher.nfe: expected a positive integer"),
+        (
+            changed(["teacher"], {"solver": "heun", "settings": {"order": 3}}),
+            "teacher.settings: solver 'heun' has no setting 'order'; its settings are: afs",
+        ),
+        (changed(["teacher"], {"solver": "rk45"}), "teacher.solver: unknown solver 'rk45'"),
         (changed(["evaluation"], {"metrics": ["fid", "is"]}), "evaluation.metrics: expected"),
         (changed(["evaluation"], {"detector": "lenet"}), "evaluation.detector: expected one of"),
         (
@@ -323,3 +328,12 @@ def test_auto_packs_gpu_shares_when_they_fit(gpus: float, evaluators: int, expec
     ).resources
     assert resources.use_gpu == "auto"
     assert resources.uses_gpus(gpus, evaluators) is expected
+
+
+def test_a_teacher_of_another_solver_takes_none_of_the_default_teachers_settings() -> None:
+    """The default teacher is iPNDM of order 4; a file naming another solver (Heun, which has no
+    order) gets that solver's own defaults, not `order: 4`."""
+    config = parse_sweep({**VALID, "teacher": {"solver": "heun", "nfe": 9}})
+    assert (config.teacher.solver.name, config.teacher.solver.settings) == ("heun", {})
+    default = parse_sweep({**VALID, "teacher": {"nfe": 20}}).teacher.solver
+    assert (default.name, default.nfe, default.settings) == ("ipndm", 20, {"order": 4})

@@ -40,11 +40,12 @@ from spanlift.platform.sweep.searchers import (
 from spanlift.platform.sweep.solver_entry import (
     FIT_KEYS,
     SolverEntry,
+    check_spec,
     read_seeds,
     read_solver_entry,
 )
 from spanlift.platform.tracking.metrics import check_search_metric
-from spanlift.solvers import SolverSpec
+from spanlift.solvers import SOLVERS, SolverSpec
 
 
 @dataclass(frozen=True)
@@ -336,16 +337,20 @@ def _searcher(s: Section) -> SearchAlgorithm:
 
 def _teacher(t: Section) -> TeacherConfig:
     """`teacher:`: the solver (`solver`, `nfe`, `schedule`, `settings`; DEFAULT_TEACHER's where
-    left out) and the fields of TeacherConfig."""
+    left out, its settings only when the solver is its own) and the fields of TeacherConfig.
+    Checked here, before anything starts: the solver, its settings and steps."""
     solver = ("solver", "nfe", "schedule", "settings")
     given = read_fields(t, TeacherConfig, skip=solver)
     default = DEFAULT_TEACHER
+    name = t.value("solver", str, default.name)
+    t.checked("solver", lambda: SOLVERS.get(name))
     spec = SolverSpec(
-        t.value("solver", str, default.name),
+        name,
         t.value("nfe", PositiveInt, default.nfe),
         t.value("schedule", str, default.schedule),
-        t.value("settings", dict, dict(default.settings)),
+        t.value("settings", dict, dict(default.settings) if name == default.name else {}),
     )
+    check_spec(t, spec)
     return TeacherConfig(spec, **given)
 
 

@@ -114,11 +114,18 @@ def read_solver_entry(r: Section, folder: Path) -> SolverEntry:
     entry = SolverEntry(name, nfe, settings, grid, fit, r.get("label", str, ""), schedule)
     learned = set()
     for spec in entry.grid():
-        r.checked("settings", lambda spec=spec: check_settings(spec.name, spec.settings))
-        r.checked("nfe", lambda s=spec: steps_for_nfe(s.name, s.nfe, s.settings, schedule))
+        check_spec(r, spec)
         if r.checked("settings", lambda spec=spec: learns(spec)):
             learned.add(configuration_name(spec))
     return replace(entry, learned=frozenset(learned))
+
+
+def check_spec(r: Section, spec: SolverSpec) -> None:
+    """A solver spec's schedule, settings and steps for its NFE, checked before anything runs:
+    a user error names the key of `r` it comes from."""
+    r.checked("schedule", lambda: SCHEDULES.get(spec.schedule))
+    r.checked("settings", lambda: check_settings(spec.name, spec.settings))
+    r.checked("nfe", lambda: steps_for_nfe(spec.name, spec.nfe, spec.settings, spec.schedule))
 
 
 def read_seeds(fit: Section) -> tuple[int, ...]:
