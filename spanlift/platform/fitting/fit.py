@@ -358,15 +358,9 @@ def update_loop(
         last = done == settings.iterations
         metrics = {"iteration": done, "loss": value, "lr": steps.schedule.get_last_lr()[0]}
         if validation is not None and (done % settings.validate_every == 0 or last):
-            groups = validation_losses(solver, loss, validation, steps.plan.rollout_batch)
-            metrics["val_loss"] = result.validation[done] = mean_loss(groups, validation)
-            result.validation_seconds[done] = time.perf_counter() - start
-            if metrics["val_loss"] < best["loss"] and earns_its_place(best["start"], groups):
-                best = {**best, "iteration": done, "loss": metrics["val_loss"]}
-                best["state"] = state_copy(solver)
-                seconds = result.validation_seconds[done]
-                keep_state(result, done, seconds, best["loss"], best["state"])
-            best = patience_counted(best, groups)
+            best, metrics["val_loss"] = validated(
+                solver, loss, validation, steps, done, start, best, result
+            )
             if settings.patience and best["stale"] >= settings.patience and not last:
                 last, result.stopped_by = True, "rule"
         elif validation is None and last:  # nothing held out: the last state is the one kept
@@ -386,6 +380,27 @@ def update_loop(
     result.seconds = time.perf_counter() - start
     result.best_iteration = best["iteration"]
     result.stopped_by = result.stopped_by or "cap"
+
+
+def validated(
+    solver: Solver,
+    loss: Objective,
+    validation: TeacherSet,
+    steps: "Optimization",
+    done: int,
+    start: float,
+    best: Best,
+    result: FitResult,
+) -> tuple[Best, float]:
+    """The held-out loss after `done` updates (recorded in `result` with its fit seconds since
+    `start`), the state kept when it earns its place, and the stopping rule's count."""
+    groups = validation_losses(solver, loss, validation, steps.plan.rollout_batch)
+    value = result.validation[done] = mean_loss(groups, validation)
+    seconds = result.validation_seconds[done] = time.perf_counter() - start
+    if value < best["loss"] and earns_its_place(best["start"], groups):
+        best = {**best, "iteration": done, "loss": value, "state": state_copy(solver)}
+        keep_state(result, done, seconds, best["loss"], best["state"])
+    return patience_counted(best, groups), value
 
 
 def patience_counted(best: Best, groups: Tensor) -> Best:
