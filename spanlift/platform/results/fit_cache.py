@@ -49,7 +49,7 @@ class Fitted:
     # validation, by iteration
     base_seconds: float = 0.0  # a two-stage fit's base fit seconds, as its checkpoint records
     validation_resolves: float | None = None  # the relative gain its validation seeds resolve
-    made_in: float = 0.0  # seconds of the fit that made the checkpoint, its base's included
+    checkpoint_seconds: float = 0.0  # what the fit that made the checkpoint took, base included
 
     @classmethod
     def from_checkpoint(
@@ -95,8 +95,8 @@ class Fitted:
         ran = {} if self.iterations_run is None else {"fit.iterations_run": self.iterations_run}
         if self.validation_resolves is not None:
             ran["fit.validation_resolves"] = self.validation_resolves
-        if not self.seconds and self.made_in:
-            ran["fit.cached_seconds"] = self.made_in
+        if not self.seconds and self.checkpoint_seconds:
+            ran["fit.cached_seconds"] = self.checkpoint_seconds
         return {
             "fit_seconds": self.seconds,
             "fit_resumed_from": float(self.resumed_from),
