@@ -71,8 +71,8 @@ def test_the_store_named_by_mlflow_tracking_uri_is_used(first) -> None:
 
 def test_a_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(first) -> None:
     sweeps, output = first
-    assert "3/4 distinct configurations finished" in output
-    assert "failed: DyWeight lr 1e30 nfe=3" in output and "diverged" in output
+    assert "3/4 distinct configurations finished" in output, output
+    assert "failed: DyWeight lr 1e30 nfe=3" in output and "diverged" in output, output
     runs = {r.info.run_name: r for r in sweeps.runs()}
     assert runs["DyWeight lr 1e30 nfe=3"].info.status == "FAILED"
     assert "diverged" in runs["DyWeight lr 1e30 nfe=3"].data.tags[FAILURE_TAG]
