@@ -50,7 +50,12 @@ from spanlift.platform.sweep.space import (
 from spanlift.platform.sweep.stages import Stages
 from spanlift.platform.sweep.state import SWEEP_FILE, TUNE_NAME, check_restart
 from spanlift.platform.sweep.stored_values import StoredValues
-from spanlift.platform.sweep.summary import SweepSummary, expected_configurations, summarize
+from spanlift.platform.sweep.summary import (
+    SeenFailures,
+    SweepSummary,
+    expected_configurations,
+    summarize,
+)
 from spanlift.platform.sweep.teacher import SweepTeachers, prepare_teachers
 from spanlift.platform.sweep.trial import SweepContext, run_trial, trial_spec
 from spanlift.platform.tracking.database import shown
@@ -116,9 +121,10 @@ def make_tuner(
     concurrency: int,
     verbose: bool = False,
     search: tuple[Searcher, int] | None = None,
+    seen: SeenFailures | None = None,
 ) -> tune.Tuner:
     """The sweep's Tuner (restored with `resume`); `search`: its searcher and number of trials
-    (default: `searcher_for`)."""
+    (default: `searcher_for`); `seen`: the callback that keeps the failures Tune reports."""
     config = context.config
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, context=context), trial_bundle(config).trial_resources()
@@ -126,6 +132,7 @@ def make_tuner(
     where = context.store.ray_storage(TUNE_NAME)
     searcher, samples = search or searcher_for(context, concurrency)
     console = console_settings(verbose, config, samples, concurrency)
+    console["callbacks"] += [seen] if seen else []
     if resume:
         tuner = tune.Tuner.restore(
             where["storage_path"],
@@ -224,12 +231,13 @@ def run_sweep(
         config, root, teachers, uri, parent, reuse_across_versions, tags, storage=store
     )
     try:
-        results, search = run_configurations(context, restore, concurrency, verbose, stages)
+        results, search, seen = run_configurations(context, restore, concurrency, verbose, stages)
     except BaseException:
         runs.client.set_terminated(parent, "KILLED")
         raise
     answered = 0 if restore else getattr(search[0], "answered", 0)
-    summary = summarize(config, root, uri, results, start, teachers.generated, answered)
+    generated = teachers.generated
+    summary = summarize(config, root, uri, results, start, generated, answered, seen.reasons)
     (root / "summary.json").write_text(summary.to_json())
     for name in (SWEEP_FILE, "summary.json"):
         store.publish(root / name)
@@ -285,9 +293,10 @@ def teacher_stage(config: SweepConfig, store: Storage, stages: Stages) -> SweepT
 
 def run_configurations(
     context: SweepContext, restore: bool, concurrency: int, verbose: bool, stages: Stages
-) -> tuple[Any, tuple[Searcher, int]]:
+) -> tuple[Any, tuple[Searcher, int], SeenFailures]:
     """Tune's experiment over the configurations, beside the sweep's evaluator actors (started
-    for it, stopped after it): its results, and the searcher that proposed them."""
+    for it, stopped after it): its results, the searcher that proposed them, and the failures
+    Tune reported."""
     config = context.config
     evaluators = Reserved(*config.evaluator_actors()[:3])
     if evaluators.count:
@@ -299,9 +308,10 @@ def run_configurations(
         context = replace(context, evaluators=tuple(pool.actors))
         stages.begin("running the configurations", running_detail(config, concurrency))
         search = searcher_for(context, concurrency)
-        tuner = make_tuner(context, restore, concurrency, verbose, search)
+        seen = SeenFailures(config)
+        tuner = make_tuner(context, restore, concurrency, verbose, search, seen)
         with stages.handed_over():  # Tune answers Ctrl-C while its experiment runs
-            return tuner.fit(), search
+            return tuner.fit(), search, seen
 
 
 def running_detail(config: SweepConfig, concurrency: int) -> str:

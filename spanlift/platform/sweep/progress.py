@@ -347,12 +347,14 @@ def restore_console(tuner: Any, settings: dict[str, Any]) -> None:
     """Give a restored Tuner this run's console `settings`.
 
     Tune restores the RunConfig of the interrupted run, whose verbosity and progress view may
-    not be this run's; other callbacks are kept. Through Tune's internal Tuner (Ray 2.60); a
+    not be this run's: its progress view, and its callbacks of the kinds `settings` brings, are
+    replaced; others are kept. Through Tune's internal Tuner (Ray 2.60); a
     Ray Client Tuner has none and keeps the settings it had."""
     local = getattr(tuner, "_local_tuner", None)
     if local is None:
         return
     run_config = local.get_run_config()
-    kept = [c for c in run_config.callbacks or [] if not isinstance(c, ProgressCallback)]
+    replaced = (ProgressCallback, *(type(c) for c in settings["callbacks"]))
+    kept = [c for c in run_config.callbacks or [] if not isinstance(c, replaced)]
     run_config.verbose = settings["verbose"]
     run_config.callbacks = kept + settings["callbacks"]

@@ -6,7 +6,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ray.tune import Callback
+
 from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.progress import error_reason
 from spanlift.platform.sweep.trial import trial_name
 
 
@@ -46,6 +49,22 @@ class SweepSummary:
         return json.dumps({**asdict(self), "remaining": self.remaining}, indent=2)
 
 
+class SeenFailures(Callback):
+    """The failures of the sweep's trials as Tune's driver reported them: `reasons`, the reason
+    (the error file's last line) by configuration name.
+
+    Tune writes a trial's error file on the driver and copies it to the sweep's storage in the
+    background; its `ResultGrid` reads the copy, so a failed trial's result can lack its error.
+    The summary takes the reason from here then."""
+
+    def __init__(self, config: SweepConfig) -> None:
+        self.config = config
+        self.reasons: dict[str, str] = {}
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.reasons[trial_name(trial.config, self.config)] = error_reason(trial)
+
+
 def expected_configurations(config: SweepConfig) -> int:
     """Distinct configurations the sweep's searcher measures of its space (`trials`)."""
     return config.search.trials(len(config.trials()))
@@ -73,16 +92,23 @@ def summarize(
     start: float,
     generations: int,
     answered: int = 0,
+    seen: dict[str, str] | None = None,
 ) -> SweepSummary:
     """The outcome of Tune's `results`. A trial counts as finished only with the search metric
     (on validation seeds) in its last report: one still running when the sweep was interrupted
-    is neither finished nor failed, and counts as remaining."""
+    is neither finished nor failed, and counts as remaining. `seen`: the failures the driver
+    reported (`SeenFailures.reasons`), for a failed trial whose result lacks its error."""
     finished = [r for r in results if r.error is None and config.search_metric in (r.metrics or {})]
-    failed = [
-        f"{trial_name(r.config, config)}: {str(r.error).strip().splitlines()[-1]}"
+    reasons = {
+        trial_name(r.config, config): str(r.error).strip().splitlines()[-1]
         for r in results
         if r.error
-    ]
+    }
+    finished_names = {trial_name(r.config, config) for r in finished}
+    for name, reason in (seen or {}).items():
+        if name not in finished_names:
+            reasons.setdefault(name, reason)
+    failed = [f"{name}: {reason}" for name, reason in reasons.items()]
     ran = [r for r in finished if not r.metrics.get("reused")]
     compute = sum(
         r.metrics.get("fit_seconds", 0.0) + r.metrics.get("eval_seconds", 0.0) for r in ran
