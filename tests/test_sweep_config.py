@@ -1,6 +1,7 @@
 """The sweep YAML schema: the shipped files load, and every kind of bad file names its key."""
 
 import copy
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -172,6 +173,22 @@ def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
         load_sweep(broken)
     with pytest.raises(SweepConfigError, match="sweep file not found"):
         load_sweep(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("fit: {iterations: 10}\nfit: {iterations: 20}\n", "key 'fit' twice (lines 1 and 2)"),
+        ("fit:\n  lr: 0.1\n  lr: 0.2\n", "key 'lr' twice (lines 2 and 3)"),
+    ],
+)
+def test_a_key_written_twice_is_refused(tmp_path: Path, text: str, message: str) -> None:
+    """YAML itself keeps the last of two equal keys: a sweep whose `fit:` is written twice would
+    run with one of them silently."""
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(SweepConfigError, match=re.escape(f"{path}: {message}")):
+        load_sweep(path)
 
 
 def test_roundtrip_through_a_file(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
 from spanlift.platform.storage import check_storage
+from spanlift.platform.strict_yaml import DuplicateKeyError, strict_load
 from spanlift.platform.sweep import relative_paths
 from spanlift.platform.sweep.relative_paths import DEFAULT_STORAGE
 from spanlift.platform.sweep.resources import Resources
@@ -359,7 +360,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if not path.is_file():
         raise SweepConfigError(f"sweep file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = strict_load(path.read_text())
+    except DuplicateKeyError as exc:
+        raise SweepConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise SweepConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_sweep(data, str(path), path.parent)
