@@ -7,6 +7,7 @@ or a crash would, and checks that the continued sweep redoes nothing that had fi
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -112,16 +113,62 @@ def test_ctrl_c_before_the_first_configuration_stops_the_sweep(tmp_path: Path, s
         assert [r.info.status for r in runs_of(tmp_path, "early")] == ["FINISHED"]
 
 
-def trial_pids() -> list[int]:
-    """The processes of Tune's trials (a one-worker fit runs in its trial's process)."""
-    pids = []
+def process_parents() -> dict[int, int]:
+    """Each process's parent, from /proc/<pid>/stat (the field after the state)."""
+    parents = {}
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and b"ImplicitFunc" in (proc / "cmdline").read_bytes():
-                pids.append(int(proc.name))
+            if proc.name.isdigit():
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(proc.name)] = int(stat[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return parents
+
+
+def trial_pids(root: int) -> list[int]:
+    """The processes of Tune's trials (a one-worker fit runs in its trial's process) of the sweep
+    whose process is `root`: its local Ray's raylet starts them. Trials of other sweeps on the
+    machine, another test's or a user's, are not among them."""
+    parents = process_parents()
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == root:
+                return True
+        return False
+
+    pids = []
+    for pid in parents:
+        try:
+            if b"ImplicitFunc" in Path(f"/proc/{pid}/cmdline").read_bytes() and descends(pid):
+                pids.append(pid)
         except OSError:
             continue
     return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_the_trial_processes_a_test_kills_are_its_own_sweeps() -> None:
+    """`ours` stands for a sweep's process, whose trial is its child; `theirs` for a trial of
+    another sweep (each is named as Ray names a trial's process)."""
+    sleep = "import time; time.sleep(60)"
+    start_trial = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {sleep!r}, 'Implicit' + 'Func'])"
+    ours = subprocess.Popen([sys.executable, "-c", start_trial])
+    theirs = subprocess.Popen([sys.executable, "-c", sleep, "ImplicitFunc"])
+    try:
+        deadline = time.monotonic() + 30
+        while not trial_pids(ours.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (own,) = trial_pids(ours.pid)
+        assert process_parents()[own] == ours.pid and theirs.pid not in trial_pids(ours.pid)
+    finally:
+        for pid in trial_pids(os.getpid()):  # both sleepers, while `ours` still holds its own
+            os.kill(pid, signal.SIGKILL)
+        for process in (ours, theirs):
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the trial's process through /proc")
@@ -130,9 +177,9 @@ def test_a_trial_killed_mid_fit_resumes_from_its_saved_state(tmp_path: Path) -> 
     path = sweep_file(tmp_path, "kill", solvers=[{"name": "dyweight", "nfe": 3}], fit=fit)
     process = start_spanlift(tmp_path, "sweep", str(path), "--num-cpus", "2")
     train = tmp_path / "runs" / "sweeps" / "kill" / "train"
-    wait_for(lambda: list(train.glob("*.state.pt")) and trial_pids(), 300, process)
+    wait_for(lambda: list(train.glob("*.state.pt")) and trial_pids(process.pid), 300, process)
     time.sleep(1)  # a state or two later
-    for pid in trial_pids():
+    for pid in trial_pids(process.pid):
         os.kill(pid, signal.SIGKILL)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output[-3000:]
