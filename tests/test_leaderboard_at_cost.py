@@ -256,6 +256,20 @@ def test_curves_draw_a_panel_per_backbone_and_nfe(store) -> None:
     assert "LD3" in note and "fit.seconds" in note and "NFE 4" in note
 
 
+def test_more_solvers_than_colours_are_told_apart(store) -> None:
+    """The every-solver table has up to 15 learned rows per NFE; matplotlib's cycle has 10
+    colours: no two solvers are drawn alike."""
+    learned = ["dyweight", "spanlift", "ld3", "gits", "amed", "amed_plugin", "epd", "epd_plugin"]
+    learned += ["dlms", "s4s_alt", "gs", "oss", "bns", "flowturbo", "pas"]
+    for n, solver in enumerate(learned):
+        timed_run(store, solver, 3, 0, [1.0, 0.5 - 0.01 * n, 0.1], timed=True)
+    figure, _ = curves_figure(store.client, store.board())
+    (panel,) = [ax for ax in figure.axes if ax.get_visible()]
+    legend = panel.get_legend()
+    styles = [(line.get_color(), line.get_linestyle()) for line in legend.get_lines()]
+    assert len(styles) == len(learned) == len(set(styles))
+
+
 def test_the_curves_plot_is_a_png_beside_the_board_plot(store, tmp_path, capsys) -> None:
     timed_run(store, "dyweight", 3, 0, [1.0, 0.5], timed=True)
     store.log("ipndm", {"rmse": 0.5})

@@ -4,7 +4,7 @@ change the ranking?
 One panel per backbone and NFE; in it, each learned row's validation loss (the run's `val_loss`
 history) against the seconds since its fit started (`fit.seconds`, step-aligned with it: a
 two-stage SpanLift's base fit first), one line per replicate, the replicates of a row in one
-colour, the state each fit kept at the end (`fit_best_iteration`) marked with a dot. A curve still
+style (a colour of matplotlib's ten, dashed and then dotted past the tenth solver), the state each fit kept at the end (`fit_best_iteration`) marked with a dot. A curve still
 falling at its right end was cut by its cap. Where a panel's values span more than a decade, its y
 axis is logarithmic. Legends use the leaderboard's display names (`display.py`). With
 `--at-cost T`, a dashed line marks T. Runs recorded before fits timed their validations have no
@@ -28,7 +28,7 @@ from spanlift.platform.tracking.entry import Entry
 from spanlift.platform.tracking.histories import SECONDS_HISTORY, VALIDATION_HISTORY
 
 TITLE = (
-    "Validation loss of each learned solver's fit against fit seconds: a colour per solver, "
+    "Validation loss of each learned solver's fit against fit seconds: a style per solver, "
     "a line per fit seed, ● the state the fit kept (a two-stage fit starts where its base fit "
     "ended)"
 )
@@ -36,6 +36,8 @@ COLUMNS = 3
 """Panels per row of the figure."""
 DECADE = 10.0
 """A panel whose largest value is more than this many times its smallest gets a log y axis."""
+LINE_STYLES = ("-", "--", ":")
+"""A solver's line style past each ten colours: thirty solvers drawn apart."""
 
 
 def curve_of(client: MlflowClient, run_id: str) -> pd.DataFrame | None:
@@ -86,10 +88,10 @@ def curves_figure(
     figure = Figure(figsize=(6.4 * columns, 4.6 * rows + 0.6))
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
     names = dict.fromkeys(display_name(e.solver, e.configuration) for e in learned)
-    colours = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one per solver, all panels
+    styles = {name: style(i) for i, name in enumerate(names)}  # one per solver, all panels
     notes: list[str] = []
     for ax, ((backbone, nfe), part) in zip(axes, panels.items(), strict=False):
-        notes += draw_panel(client, ax, part, f"{backbone}, NFE {nfe}", colours, at_cost)
+        notes += draw_panel(client, ax, part, f"{backbone}, NFE {nfe}", styles, at_cost)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     figure.suptitle(textwrap.fill(TITLE, 75 * columns), fontsize=10)
@@ -97,19 +99,24 @@ def curves_figure(
     return figure, notes
 
 
+def style(index: int) -> dict[str, str]:
+    """The colour and line style of the `index`-th solver."""
+    return {"color": f"C{index % 10}", "ls": LINE_STYLES[index // 10 % len(LINE_STYLES)]}
+
+
 def draw_panel(
     client: MlflowClient,
     ax: object,
     part: list[Entry],
     title: str,
-    colours: dict[str, str],
+    styles: dict[str, dict[str, str]],
     at_cost: float | None,
 ) -> list[str]:
-    """One panel: a colour per solver (`colours`, by display name), a line per replicate; the
+    """One panel: a style per solver (`styles`, by display name), a line per replicate; the
     lines naming undrawn rows."""
     notes, drawn, loss = [], [], ""
     for e in part:
-        colour = colours[display_name(e.solver, e.configuration)]
+        drawn_as = styles[display_name(e.solver, e.configuration)]
         curves = {run: curve_of(client, run) for run in e.run_ids}
         missing = [run for run, curve in curves.items() if curve is None]
         if missing:
@@ -123,10 +130,13 @@ def draw_panel(
             label = display_name(e.solver, e.configuration) if n == 0 else None
             if label and len(e.run_ids) > 1:
                 label += f" ({len(e.run_ids)} fits)"
-            ax.plot(curve["seconds"], curve["value"], ".-", color=colour, ms=3, lw=1.2, label=label)
+            ax.plot(
+                curve["seconds"], curve["value"], marker=".", ms=3, lw=1.2, label=label, **drawn_as
+            )
             kept = kept_iteration(client, run)
             if kept in curve.index:
-                ax.plot(curve.loc[kept, "seconds"], curve.loc[kept, "value"], "o", color=colour)
+                kept_at = (curve.loc[kept, "seconds"], curve.loc[kept, "value"])
+                ax.plot(*kept_at, "o", color=drawn_as["color"])
             drawn.append(curve["value"])
     ylabel = f"validation loss ({loss})" if loss else "validation loss"
     ax.set(title=title, xlabel="fit seconds", ylabel=ylabel)
