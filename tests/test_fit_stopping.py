@@ -3,6 +3,7 @@ noise (one paired standard error, as the kept state's rule), `iterations` the ca
 how many iterations it ran and what ended it. Without it (p = 0) a fit is what it was."""
 
 import itertools
+import time
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from spanlift.platform.fitting.fit import FitSettings, fit
 from spanlift.platform.sampling.teacher import generate_teacher
 from spanlift.platform.sweep.config import parse_sweep
 from spanlift.solvers import SolverSpec, build_solver
+from spanlift.solvers.loading import build
 
 PLATEAU = {"iterations": 2000, "lr": 5e-3, "validate_every": 25, "batch_size": 32}
 """A cap far past convergence: the cosine decay keeps the rate high for hundreds of iterations
@@ -142,3 +144,26 @@ def test_spanlift_fit_records_iterations_run_and_what_stopped_it(tmp_path, monke
     ran = run.data.metrics["fit.iterations_run"]
     assert 0 < ran <= 30 and (ran == 30) == (run.data.params["fit.stopped_by"] == "cap")
     assert "fit_seconds" in run.data.metrics
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [SolverSpec("gits", 3, settings={"base": "ipndm"}), SolverSpec("dyweight", 3)],
+    ids=["a search", "a fit"],
+)
+def test_a_fits_seconds_count_what_it_does_before_its_first_update(gmm, sets, monkeypatch, spec):
+    """A solver's own search or estimate (`prepare`: GITS's and OSS's grids, DPM-Solver-v3's
+    statistics) is part of what its fit costs: OSS's search on digits takes minutes a fit seed on
+    2 cores, its updates under a second."""
+    solver = build(spec, gmm)
+    searched = type(solver).prepare
+
+    def slow(self, batches):
+        time.sleep(0.5)
+        return searched(self, batches)
+
+    monkeypatch.setattr(type(solver), "prepare", slow)
+    settings = FitSettings(iterations=5, validate_every=5, batch_size=8)
+    result = fit(solver, gmm, sets[0], settings, progress=False, validation=sets[1])
+    assert result.seconds >= 0.5
+    assert min(t for i, t in result.validation_seconds.items() if i > 0) >= 0.5

@@ -25,7 +25,8 @@ keeps its starting state (so a solver that starts as its base, like SpanLift, ne
 significantly worse than its base on seeds it never saw). Each state the fit keeps on its way is
 kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
 state first, at 0 s), at most `MAX_KEPT` of them (`keep_state`); the time of every validation is
-in `FitResult.validation_seconds`. With these, the states a fit would have ended with had it
+in `FitResult.validation_seconds`. The fit's clock starts before the solver's own search
+(`prepare`: GITS's and OSS's grids, DPM-Solver-v3's statistics), which is part of its cost. With these, the states a fit would have ended with had it
 stopped earlier can be scored (`spanlift leaderboard --at-cost`). The fit records the smallest relative
 gain its validation seeds resolve, from the starting state's group losses, and warns when that is
 above 5 % (`resolution.py`). With `patience` p > 0 the fit stops
@@ -300,6 +301,7 @@ def fit_steps(
         )
     raw_loss = endpoint_loss(settings, backbone)
     plan = memory_plan(solver, backbone, train, settings, raw_loss)
+    started = time.perf_counter()  # the fit's clock: its search (`prepare`) counts
     with plan.blocks_of(backbone.blocks):
         if not resume:
             prepare(solver, backbone, train, plan.rollout_batch)
@@ -310,6 +312,7 @@ def fit_steps(
             best = steps.restore(solver, resume, result)
         else:
             best = starting_best(solver, loss, validation, settings, result, plan.rollout_batch)
+            result.seconds = time.perf_counter() - started  # where `update_loop`'s clock goes on
             if validation is not None:
                 warn_if_coarse(validation_resolves(best), len(validation))
         result.validation_resolves = validation_resolves(best)

@@ -167,6 +167,8 @@ keys."""
 class FitResult:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    """Wall seconds of the fit: the solver's own search before its first update (`prepare`), the
+    starting state's validation, the updates and validations (of every part of a resumed fit)."""
     validation: dict[int, float] = field(default_factory=dict)
     """Validation loss by iteration (0: before the first update)."""
     best_iteration: int = 0
