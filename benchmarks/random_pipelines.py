@@ -7,7 +7,8 @@ Written under FOLDER (the sweep's relative `../models/...` paths resolve from FO
                                        Sana_600M_512px transformer and dc-ae-f32c32-sana-1.0 as
                                        benchmarks/backbone_latency.py builds them, Gemma 2 2B as
                                        text encoder (transformers' Gemma2Config defaults are
-                                       gemma-2-2b's; `--text-encoder-layers` fewer for a quick
+                                       gemma-2-2b's; `--text-encoder-layers` fewer, and
+                                       `--text-encoder-vocabulary` smaller, for a quick
                                        folder), a word-level tokenizer, the flow scheduler
     models/dinov2-base/                DINOv2-base (Dinov2Config defaults) and facebook/dinov2-base's
                                        preprocessor_config.json
@@ -18,7 +19,7 @@ Written under FOLDER (the sweep's relative `../models/...` paths resolve from FO
 Weights are bfloat16 (the sweep's `dtype: bfloat16`), drawn from seed 0; nothing is downloaded.
 
     python benchmarks/random_pipelines.py FOLDER [--sweep sweeps/sana.yaml]
-        [--text-encoder-layers 26] [--prompts 30000]
+        [--text-encoder-layers 26] [--text-encoder-vocabulary 256000] [--prompts 30000]
     spanlift doctor --memory FOLDER/sweeps/sana.yaml --gpu-memory 80
 
 Writing the full folder takes about a minute and 7 GB of disk (5.2 GB of it Gemma 2 2B).
@@ -49,6 +50,7 @@ SANA_FOLDER = "models/Sana_600M_512px_diffusers"
 DINOV2_FOLDER = "models/dinov2-base"
 PROMPTS_FILE = "models/MJHQ-30K/meta_data.json"
 GEMMA_2_2B_LAYERS = Gemma2Config().num_hidden_layers
+GEMMA_2_2B_VOCABULARY = Gemma2Config().vocab_size
 DINOV2_PREPROCESSING = {
     "crop_size": {"height": 224, "width": 224},
     "do_center_crop": True,
@@ -78,18 +80,20 @@ def built_in(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(before)
 
 
-def gemma_2_2b(layers: int) -> Gemma2Model:
-    """Gemma 2 2B (transformers' Gemma2Config defaults, vocabulary included) with `layers`
-    layers, and the tokenizer's special tokens."""
-    return Gemma2Model(Gemma2Config(num_hidden_layers=layers, **SPECIAL_TOKENS))
+def gemma_2_2b(layers: int, vocabulary: int) -> Gemma2Model:
+    """Gemma 2 2B (transformers' Gemma2Config defaults) with `layers` layers, a vocabulary of
+    `vocabulary` tokens (its embedding is 2 304 × 2 bytes a token: 1.2 GB at Gemma's 256 000),
+    and the tokenizer's special tokens."""
+    config = Gemma2Config(num_hidden_layers=layers, vocab_size=vocabulary, **SPECIAL_TOKENS)
+    return Gemma2Model(config)
 
 
-def sana_pipeline(text_encoder_layers: int) -> SanaPipeline:
+def sana_pipeline(text_encoder_layers: int, vocabulary: int) -> SanaPipeline:
     """SANA-600M at 512 px with random bfloat16 weights (module docstring)."""
     torch.manual_seed(0)
     with built_in(torch.bfloat16):
         transformer, vae = sana_transformer(), dc_ae_f32c32()
-        text_encoder = gemma_2_2b(text_encoder_layers)
+        text_encoder = gemma_2_2b(text_encoder_layers, vocabulary)
     scheduler = DPMSolverMultistepScheduler(
         use_flow_sigmas=True, prediction_type="flow_prediction", flow_shift=3.0
     )
@@ -125,9 +129,9 @@ def save_prompts(path: Path, count: int) -> Path:
     return path
 
 
-def write_models(root: Path, text_encoder_layers: int, prompts: int) -> None:
+def write_models(root: Path, text_encoder_layers: int, vocabulary: int, prompts: int) -> None:
     """Everything under `root/models` that the SANA sweep reads."""
-    sana_pipeline(text_encoder_layers).save_pretrained(root / SANA_FOLDER)
+    sana_pipeline(text_encoder_layers, vocabulary).save_pretrained(root / SANA_FOLDER)
     save_dinov2(root / DINOV2_FOLDER)
     save_prompts(root / PROMPTS_FILE, prompts)
 
@@ -153,10 +157,19 @@ def main() -> None:
         default=GEMMA_2_2B_LAYERS,
         help=f"Gemma 2 layers of the text encoder (default {GEMMA_2_2B_LAYERS}: gemma-2-2b's)",
     )
+    p.add_argument(
+        "--text-encoder-vocabulary",
+        type=int,
+        default=GEMMA_2_2B_VOCABULARY,
+        help=f"tokens of the text encoder's embedding (default {GEMMA_2_2B_VOCABULARY}: "
+        f"gemma-2-2b's; the prompts use the first {len(WORDS) + 4})",
+    )
     p.add_argument("--prompts", type=int, default=30000, help="entries of the prompts file")
     args = p.parse_args()
     quiet()
-    write_models(args.folder, args.text_encoder_layers, args.prompts)
+    if args.text_encoder_vocabulary < len(WORDS) + 4:
+        p.error(f"--text-encoder-vocabulary: at least {len(WORDS) + 4}, the tokenizer's tokens")
+    write_models(args.folder, args.text_encoder_layers, args.text_encoder_vocabulary, args.prompts)
     for copied in copy_sweeps(args.folder, args.sweep or [ROOT / "sweeps" / "sana.yaml"]):
         print(f"spanlift doctor --memory {copied} --gpu-memory 80")
 

@@ -65,11 +65,12 @@ def test_a_fit_that_does_not_fit_names_settings_that_do_and_they_pass(tmp_path, 
 
 def sana_folder(root: Path) -> Path:
     """A random-weight SANA-600M pipeline, DINOv2-base and prompts file at the real
-    configurations (benchmarks/random_pipelines.py; a one-layer text encoder: its weights do not
-    change a fit's working memory), with the shipped sana.yaml copied beside them."""
+    configurations (benchmarks/random_pipelines.py; a one-layer text encoder of 64 tokens, the
+    tokenizer's 11 among them: its weights do not change a fit's working memory), with the
+    shipped sana.yaml copied beside them."""
     script = ROOT / "benchmarks" / "random_pipelines.py"
     args = [str(root), "--sweep", str(ROOT / "sweeps" / "sana.yaml")]
-    args += ["--text-encoder-layers", "1", "--prompts", "60"]
+    args += ["--text-encoder-layers", "1", "--text-encoder-vocabulary", "64", "--prompts", "60"]
     written = subprocess.run(
         [sys.executable, str(script), *args],
         env=command_environment(root),
@@ -90,7 +91,7 @@ def test_the_shipped_sana_sweep_fits_the_80_gb_gpu_its_comment_names(tmp_path, c
     assert len(fits) == 6 and len(evaluations) == 4, lines  # fits: DyWeight, SpanLift × NFE 3, 5, 7
     assert all(line.startswith("pass") for line in fits + evaluations), "\n".join(lines)
     assert status == 0
-    shutil.rmtree(tmp_path / "models")  # 3 GB of weights
+    shutil.rmtree(tmp_path / "models")  # 1.8 GB of weights
 
 
 def test_an_evaluation_pass_is_measured_as_the_whole_pass_peaks(tmp_path):

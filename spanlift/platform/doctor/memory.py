@@ -142,6 +142,7 @@ class EvaluationProbe:
         self.metrics, self.missing = available_metrics(self.probe.config, self.evaluator)
         self.after: dict[int, int] = {}
         self.replayed = ReplayedCalls(self.evaluator.backbone)
+        self.evaluator.load_networks(self.metrics)  # their bytes are the weights', not a pass's
 
     @torch.no_grad()
     def peak(self, solver: torch.nn.Module, samples: int) -> int:
@@ -163,8 +164,6 @@ class EvaluationProbe:
                 states = self.evaluator.sample_states
                 return states(seeds, noise, cond, endpoints, seconds, self.metrics)
 
-            if not self.after:
-                after()  # loads the detector and metric networks: their bytes are the weights'
             self.after[samples] = held + device_peak(self.probe.device, after)
         return max(during, self.after[samples])
 

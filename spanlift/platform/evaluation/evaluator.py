@@ -88,6 +88,11 @@ class Evaluator:
             self.networks[metric.name] = metric.load(self)
         return self.networks[metric.name]
 
+    def load_networks(self, metrics: Sequence[str]) -> None:
+        """Load the networks of `metrics` now rather than in their first pass."""
+        for metric in chosen(metrics, self.setup.options, SampleMetric):
+            self.network(metric)
+
     def loaded_modules(self) -> list[torch.nn.Module]:
         """The networks loaded here so far: the backbone, the teacher, the detector's, each
         metric's (`doctor --memory` counts their bytes)."""
