@@ -3,8 +3,10 @@ references, `spanlift eval` into MLflow, bad input (LPIPS asked for without its 
 refused before any work."""
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import ray
@@ -29,6 +31,7 @@ from spanlift.platform.evaluation.pool import (
 )
 from spanlift.platform.evaluation.sample_metrics import evaluate_samples
 from spanlift.platform.ray_runtime import start_ray
+from spanlift.platform.sampling import tensor_memory
 from spanlift.solvers import SolverSpec
 from tests.cli_run import spanlift
 
@@ -83,6 +86,30 @@ def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_r
             assert fid == pytest.approx(expected, rel=1e-5)
             assert merged["lpips"].count == len(SEEDS)
             assert merged["lpips"].mean == pytest.approx(single["lpips"].mean, rel=1e-5)
+
+
+def test_an_auto_batch_is_measured_once_per_solver_and_image_shape(setup, monkeypatch) -> None:
+    """With batch size "auto" an evaluator measures a pass at one and two samples the first time
+    it draws a solver's samples (or scores images of a shape), then draws every later shard in
+    batches of what it measured: a shard's probes are not redone (four shards an actor)."""
+    evaluator = Evaluator(setup)
+    sizes, probes = [], []
+    shard_part, peak = evaluator.shard_part, tensor_memory.device_peak
+
+    def drawn(solver, batch, metrics):
+        sizes.append(len(batch))
+        return shard_part(solver, batch, metrics)
+
+    monkeypatch.setattr(evaluator, "shard_part", drawn)
+    monkeypatch.setattr(tensor_memory, "device_peak", lambda *a: probes.append(1) or peak(*a))
+    images = evaluator.backbone.reference_images()
+    for shard in (images[:40], images[40:80]):
+        evaluator.image_states(shard, ("fid",))
+    states = [evaluator.solver_states(SPEC, None, SEEDS[i : i + 6], ("fid",)) for i in (0, 6, 12)]
+    assert sizes == [1, 2, 6, 6, 6] and len(probes) == 4
+    fixed = Evaluator(replace(setup, batch_size=6))  # what "auto" chose, as a number
+    again = fixed.solver_states(SPEC, None, SEEDS[12:18], ("fid",))["fid"]
+    assert np.array_equal(again.outer, states[-1]["fid"].outer)
 
 
 @pytest.mark.e2e

@@ -4,7 +4,7 @@ evaluation, predicted from a probe of the sweep's own backbone before any GPU ho
     fit   weights (backbone, the loss's networks, solver) + FitProbe.peak at the fit's memory
           settings and batch per worker (platform/fitting/memory_plan.py)
     eval  weights (backbone, detector and metric networks) + a pass of `evaluation.batch_size`
-          samples: measured at one and two samples, linear beyond (`batch_that_fits`); each
+          samples: measured at one and two samples, linear beyond (`PassCost`); each
           solver's rollout measured, what follows it (decoding, metrics) once (`EvaluationProbe`;
           on a CPU one backbone call per input shape runs, `replayed_calls.py`)
 

@@ -9,7 +9,7 @@ network (the detector, LPIPS's AlexNet, …) loads when the metric first scores 
 """
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -25,7 +25,7 @@ from spanlift.platform.evaluation.metrics.states import MeanState, merge_states
 from spanlift.platform.sampling.rollout import on_device, rollout, seed_noise
 from spanlift.platform.sampling.score import GRID_COLUMNS, Score, score, score_batch
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, read_teacher
-from spanlift.platform.sampling.tensor_memory import resolved_batch
+from spanlift.platform.sampling.tensor_memory import PassCost, resolved_batch
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import load_solver
@@ -47,7 +47,8 @@ class EvaluatorSetup:
     threads: int | None = None
     batch_size: int | str = "auto"
     """Samples drawn, decoded and scored at once: a number, or "auto": the most (up to 256) a
-    pass is predicted to hold in the device's free memory, measured at one and two samples."""
+    pass is predicted to hold in the device's free memory, measured at one and two samples the
+    first time an evaluator draws a solver's samples (or scores images of a shape)."""
     teacher: SolverSpec = DEFAULT_TEACHER  # metrics compare with its samples from the same seeds
     options: dict[str, Any] = field(default_factory=dict)
     """Each metric's options by key, as its plug-in declares them (`metrics/`); a key left out
@@ -63,6 +64,9 @@ class Evaluator:
         self.backbone = loaded_backbone(setup.backbone, setup.backbone_options).to(self.device)
         self.networks: dict[str, Any] = {}
         """Each metric's network, by metric name, once it has scored here."""
+        self.pass_costs: dict[Hashable, PassCost] = {}
+        """What a pass of each solver's samples (or of images of a shape) holds here, measured
+        once (`batch_size`)."""
 
     @cached_property
     def detector(self) -> "Detector":
@@ -137,17 +141,29 @@ class Evaluator:
         samples from `seeds` (`metrics/`), and always `sampling`: seconds spent in the solver
         (model evaluations included) and the number of samples."""
         solver = load_solver(spec, checkpoint, self.backbone).to(self.device)
-        size = self.batch_size(lambda n: self.shard_part(solver, seeds[:n], metrics), len(seeds))
+        self.load_networks(metrics)  # before a pass is measured: their bytes are not a pass's
+        drawn = (spec.label(), spec.nfe, str(checkpoint), tuple(metrics))
+        size = self.batch_size(
+            drawn, lambda n: self.shard_part(solver, seeds[:n], metrics), len(seeds)
+        )
         parts = [
             self.shard_part(solver, seeds[start : start + size], metrics)
             for start in range(0, len(seeds), size)
         ]
         return merge_states(parts)
 
-    def batch_size(self, run: Callable[[int], Any], samples: int) -> int:
-        """The setup's batch size, or with "auto" the most samples a pass of `run` holds here
-        (`batch_that_fits`; a pass of at most `samples`, up to ACCELERATOR_BATCH)."""
-        return resolved_batch(self.setup.batch_size, run, samples, self.device, ACCELERATOR_BATCH)
+    def batch_size(self, key: Hashable, run: Callable[[int], Any], samples: int) -> int:
+        """The setup's batch size, or with "auto" the most samples a pass of `run` holds here (at
+        most `samples`, up to ACCELERATOR_BATCH): its `PassCost` measured the first time `key`
+        (what the pass draws and scores) comes to this evaluator, not again for each shard."""
+
+        def measure(run: Callable[[int], Any], device: torch.device) -> PassCost:
+            if key not in self.pass_costs:
+                self.pass_costs[key] = PassCost.measured(run, device)
+            return self.pass_costs[key]
+
+        setting = self.setup.batch_size
+        return resolved_batch(setting, run, samples, self.device, ACCELERATOR_BATCH, measure)
 
     def shard_part(
         self, solver: torch.nn.Module, batch: Sequence[int], metrics: Sequence[str]
@@ -229,5 +245,7 @@ class Evaluator:
         def state(batch: Tensor) -> Any:
             return {metric.name: metric.image_state(network, batch.to(self.device))}
 
-        size = self.batch_size(lambda n: state(images[:n]), len(images))
+        size = self.batch_size(
+            (metric.name, *images.shape[1:]), lambda n: state(images[:n]), len(images)
+        )
         return merge_states([state(batch) for batch in images.split(size)])[metric.name]

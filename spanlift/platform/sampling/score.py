@@ -52,7 +52,7 @@ def score_batch(
     device: str | torch.device = "cpu",
 ) -> int:
     """Seeds rolled out at once when scoring: `setting`, or for "auto" the most (up to 256)
-    a rollout holds on the device (`tensor_memory.batch_that_fits`)."""
+    a rollout holds on the device (`tensor_memory.PassCost`)."""
 
     def rollout_of(samples: int) -> torch.Tensor:
         return sample_errors(solver, backbone, teacher.subset(slice(0, samples)), samples, device)

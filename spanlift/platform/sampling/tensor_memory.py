@@ -18,6 +18,7 @@ backward stays until then: one set per call, whatever its batch).
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -159,25 +160,46 @@ def halvings(size: int) -> list[int]:
     return sizes
 
 
-def batch_that_fits(run: Callable[[int], Any], device: torch.device, cap: int) -> int:
-    """The largest of `halvings(cap)` samples whose pass `run(samples)` (no gradients) is
-    predicted to fit the device's free memory with MARGIN left: its peak measured at one and
-    two samples, and linear in between and beyond (p(b) = p(1) + (b − 1)·(p(2) − p(1)))."""
-    with torch.no_grad():
-        one = device_peak(device, lambda: run(1))
-        two = device_peak(device, lambda: run(2))
-    per_sample = max(two - one, 1)
-    budget = free_bytes(device) * (1 - MARGIN)
-    return next((b for b in halvings(cap) if one + (b - 1) * per_sample <= budget), 1)
+@dataclass(frozen=True)
+class PassCost:
+    """What a pass without gradients holds on a device: its peak bytes at one sample (`one`) and
+    what each further sample adds (`per_sample`), linear in between and beyond:
+    p(b) = one + (b − 1)·per_sample."""
+
+    one: int
+    per_sample: int
+
+    @classmethod
+    def measured(cls, run: Callable[[int], Any], device: torch.device) -> "PassCost":
+        """The cost of `run(samples)`, measured at one and two samples."""
+        with torch.no_grad():
+            one = device_peak(device, lambda: run(1))
+            two = device_peak(device, lambda: run(2))
+        return cls(one, max(two - one, 1))
+
+    def batch(self, device: torch.device, cap: int) -> int:
+        """The largest of `halvings(cap)` samples predicted to fit the device's free memory with
+        MARGIN left (1 when none is)."""
+        budget = free_bytes(device) * (1 - MARGIN)
+        return next((b for b in halvings(cap) if self.one + (b - 1) * self.per_sample <= budget), 1)
+
+
+Measure = Callable[[Callable[[int], Any], torch.device], PassCost]
 
 
 def resolved_batch(
-    setting: int | str, run: Callable[[int], Any], samples: int, device: torch.device, cap: int
+    setting: int | str,
+    run: Callable[[int], Any],
+    samples: int,
+    device: torch.device,
+    cap: int,
+    measure: Measure = PassCost.measured,
 ) -> int:
-    """A batch-size setting: a number as it is, "auto" as `batch_that_fits` (at most `samples`
-    and `cap`)."""
+    """A batch-size setting: a number as it is, "auto" as the most samples (at most `samples` and
+    `cap`) a pass of `run` is predicted to hold (`PassCost`; `measure` may give one measured
+    before)."""
     if setting != "auto":
         return int(setting)
     if samples < 2:
         return max(1, samples)
-    return batch_that_fits(run, device, min(samples, cap))
+    return measure(run, device).batch(device, min(samples, cap))
