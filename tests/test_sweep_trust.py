@@ -80,6 +80,15 @@ def test_a_diverging_trial_fails_with_its_reason_and_the_sweep_goes_on(first) ->
     assert [run.info.status for run in others] == ["FINISHED"] * 3
 
 
+def test_a_diverged_fit_is_not_retried(first) -> None:
+    """A fit that diverged diverges again: Tune does not retry its trial (each retry would start
+    a process to read the failure from MLflow), as it retries a lost process or node."""
+    sweeps, _ = first
+    (error,) = (sweeps.folder / "runs" / "sweeps" / "trust" / "tune").glob("*/error.txt")
+    failures = [line for line in error.read_text().splitlines() if line.startswith("Failure #")]
+    assert len(failures) == 1 and "diverged" in error.read_text(), error.read_text()[-2000:]
+
+
 def test_a_trajectory_solver_fits_on_teacher_states_prepared_by_the_sweep(first) -> None:
     """AMED is matched at its grid points: the sweep prepares two extra teacher entries with the
     states at that grid (training and validation seeds), the fit reads them, and its run logs

@@ -43,6 +43,7 @@ from spanlift.platform.sweep.progress import (
     quiet_console,
     restore_console,
 )
+from spanlift.platform.sweep.retries import NoRetryForGood
 from spanlift.platform.sweep.space import (
     SearchSpace,
     SolverSpace,  # noqa: F401  (saved Tune states find it here)
@@ -132,7 +133,7 @@ def make_tuner(
     where = context.store.ray_storage(TUNE_NAME)
     searcher, samples = search or searcher_for(context, concurrency)
     console = console_settings(verbose, config, samples, concurrency)
-    console["callbacks"] += [seen] if seen else []
+    console["callbacks"] += [NoRetryForGood(), *([seen] if seen else [])]
     if resume:
         tuner = tune.Tuner.restore(
             where["storage_path"],

@@ -41,6 +41,7 @@ from spanlift.platform.sweep.context import SweepContext, for_replicate
 from spanlift.platform.sweep.evaluation import evaluate_fitted, evaluator_setup
 from spanlift.platform.sweep.replicate import configuration, replicate_files, run_params
 from spanlift.platform.sweep.replicate_fit import fitted_replicate, score_fitted
+from spanlift.platform.sweep.retries import FAILED_FOR_GOOD
 from spanlift.platform.sweep.solver_entry import SolverEntry
 from spanlift.platform.sweep.space import decode
 from spanlift.platform.tracking.runs import CODE_TAG, PARENT_TAG, ConfigurationRuns, run_name
@@ -128,10 +129,14 @@ def run_trial(params: dict[str, Any], context: SweepContext) -> None:
     if context.config.resources.fits_in_trial:
         torch.set_num_threads(context.config.resources.fit_threads)
     phases = Phases()
-    measured = [
-        run_replicate(trial, for_replicate(context, trial.entry, seed), phases)
-        for seed in trial.seeds(context.config)
-    ]
+    try:
+        measured = [
+            run_replicate(trial, for_replicate(context, trial.entry, seed), phases)
+            for seed in trial.seeds(context.config)
+        ]
+    except (TrainingDivergedError, SettingsError):  # the same settings fail the same way
+        tune.report({FAILED_FOR_GOOD: 1.0})  # no retry (`retries.py`)
+        raise
     tune.report({**replicate_mean(measured), **phases.seconds})
 
 
