@@ -3,6 +3,8 @@ tests/fixtures/dmn_reference.json): their error bound at fixed points, their opt
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -43,3 +45,11 @@ def test_a_solver_steps_on_it_and_bad_ranges_are_one_line():
     assert SCHEDULES.get("dmn")(1, 0.002, 80.0).tolist() == [80.0, 0.002]
     with pytest.raises(SettingsError, match="0 < sigma_min < sigma_max"):
         SCHEDULES.get("dmn")(4, 1.0, 0.5)
+
+
+def test_importing_the_solvers_leaves_scipys_optimiser_to_the_first_dmn_grid():
+    """Every spanlift process imports the solvers (trials, evaluators, each command): SciPy's
+    optimiser, 0.2 s of an import, loads only when a DMN grid is first optimised."""
+    code = "import sys, spanlift.solvers; print('scipy.optimize' in sys.modules)"
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert printed.returncode == 0 and printed.stdout.strip() == "False", printed.stderr
