@@ -51,6 +51,8 @@ DINOV2_FOLDER = "models/dinov2-base"
 PROMPTS_FILE = "models/MJHQ-30K/meta_data.json"
 GEMMA_2_2B_LAYERS = Gemma2Config().num_hidden_layers
 GEMMA_2_2B_VOCABULARY = Gemma2Config().vocab_size
+TOKENIZER_TOKENS = len(tokenizer(1).get_vocab())
+"""The tokens the prompts' word-level tokenizer knows: a text encoder needs at least these."""
 DINOV2_PREPROCESSING = {
     "crop_size": {"height": 224, "width": 224},
     "do_center_crop": True,
@@ -162,13 +164,13 @@ def main() -> None:
         type=int,
         default=GEMMA_2_2B_VOCABULARY,
         help=f"tokens of the text encoder's embedding (default {GEMMA_2_2B_VOCABULARY}: "
-        f"gemma-2-2b's; the prompts use the first {len(WORDS) + 4})",
+        f"gemma-2-2b's; the prompts use the first {TOKENIZER_TOKENS})",
     )
     p.add_argument("--prompts", type=int, default=30000, help="entries of the prompts file")
     args = p.parse_args()
     quiet()
-    if args.text_encoder_vocabulary < len(WORDS) + 4:
-        p.error(f"--text-encoder-vocabulary: at least {len(WORDS) + 4}, the tokenizer's tokens")
+    if args.text_encoder_vocabulary < TOKENIZER_TOKENS:
+        p.error(f"--text-encoder-vocabulary: at least {TOKENIZER_TOKENS}, the tokenizer's tokens")
     write_models(args.folder, args.text_encoder_layers, args.text_encoder_vocabulary, args.prompts)
     for copied in copy_sweeps(args.folder, args.sweep or [ROOT / "sweeps" / "sana.yaml"]):
         print(f"spanlift doctor --memory {copied} --gpu-memory 80")

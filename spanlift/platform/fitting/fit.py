@@ -25,13 +25,14 @@ keeps its starting state (so a solver that starts as its base, like SpanLift, ne
 significantly worse than its base on seeds it never saw). Each state the fit keeps on its way is
 kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
 state first, at 0 s), at most `MAX_KEPT` of them (`keep_state`); the time of every validation is
-in `FitResult.validation_seconds`. The fit's clock starts before the solver's own search
-(`prepare`: GITS's and OSS's grids, DPM-Solver-v3's statistics), which is part of its cost.
-With these, the states a fit would have ended with had it stopped earlier can be scored (`spanlift leaderboard --at-cost`). The fit records the smallest relative
-gain its validation seeds resolve, from the starting state's group losses, and warns when that is
-above 5 % (`resolution.py`). With `patience` p > 0 the fit stops
-early: after p validations in a row none of which beats the last state that did (at first the
-starting state) by more than that same paired standard error; `iterations` stays the cap.
+in `FitResult.validation_seconds`. With these, the states a fit would have ended with had it
+stopped earlier can be scored (`spanlift leaderboard --at-cost`). The fit's clock starts before
+the solver's own search (`prepare`: GITS's and OSS's grids, DPM-Solver-v3's statistics), which is
+part of its cost. The fit records the smallest relative gain its validation seeds resolve, from
+the starting state's group losses, and warns when that is above 5 % (`resolution.py`). With
+`patience` p > 0 the fit stops early: after p validations in a row none of which beats the last
+state that did (at first the starting state) by more than that same paired standard error;
+`iterations` stays the cap.
 AdamW (`weight_decay`, 0: Adam) with linear warm-up and cosine decay, gradient-norm clipping,
 deterministic under a seed.
 `fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
