@@ -1,5 +1,6 @@
 """Where a replicate is fitted and scored: in the trial's own process when it fits with one
-worker, else on Ray Train workers, and then scored on the sweep's evaluator actors.
+worker (`trial_fit.InTrialProcess`), else on Ray Train workers and then on the sweep's evaluator
+actors (`train_fit.OnRayTrain`). The sweep's resources choose one, once per replicate.
 
 Fitted solvers are kept in the fit cache under `<sweep>/fitted/` (results/fit_cache.py), so a
 solver on a fitted base finds that base there (fitted with the same seed), a resumed sweep never
@@ -7,59 +8,49 @@ fits the same solver twice, and a changed fit is never served old weights.
 """
 
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
 from spanlift.backbones import Backbone
 from spanlift.platform.configuration import Configuration
 from spanlift.platform.evaluation.pool import EvaluatorPool
-from spanlift.platform.results.fit_cache import FitCache, FitOne, Fitted
-from spanlift.platform.sampling.score import Score, score, score_batch
-from spanlift.platform.sampling.teacher import supervision_sigmas
+from spanlift.platform.results.fit_cache import FitCache, Fitted
+from spanlift.platform.sampling.score import Score
 from spanlift.platform.sweep.context import SweepContext
-from spanlift.platform.sweep.teacher import read_entry
-from spanlift.platform.sweep.train_fit import fit_on_ray_train
-from spanlift.platform.sweep.trial_fit import fit_in_trial
+from spanlift.platform.sweep.train_fit import OnRayTrain
+from spanlift.platform.sweep.trial_fit import InTrialProcess
 from spanlift.solvers import Solver, SolverSpec
 
 
-def fitted_replicate(
-    spec: SolverSpec, result: Configuration, context: SweepContext, backbone: Backbone
-) -> Fitted:
-    """`spec` as the replicate `result` fits it: from the sweep's fit cache, or fitted into it."""
-    cache = FitCache(context.fitted, result, context.reuse_across_versions, context.store)
-    return cache.fitted(spec, backbone, fit_one(context, backbone))
+class Placement(Protocol):
+    """Where a replicate's solver is fitted and scored."""
+
+    def fit_solver(self, solver: Solver, out: Path) -> Fitted:
+        """A freshly built learnable solver fitted and saved at `out`."""
+
+    def score_solver(self, fitted: Fitted) -> tuple[Score, dict[str, torch.Tensor]]:
+        """Its errors on the test seeds, RMSE on the validation seeds, latency and sample
+        images (`sampling.score.score`)."""
 
 
-def fit_one(context: SweepContext, backbone: Backbone) -> FitOne:
-    """How this sweep fits a solver into the fit cache: here, or on Ray Train workers."""
-
-    def fit_here(solver: Solver, out: Path) -> Fitted:
-        entries = context.teachers.for_solver(supervision_sigmas(solver))
-        train, validation = read_entry(entries.train), read_entry(entries.validation)
-        solver = solver.to(context.device)
-        store = context.store
-        return fit_in_trial(solver, backbone, train, validation, context.config.fit, store, out)
-
-    def fit_on_workers(solver: Solver, out: Path) -> Fitted:
-        return fit_on_ray_train(solver, context.config, context.teachers, context.store, out)
-
-    return fit_here if context.config.resources.fits_in_trial else fit_on_workers
-
-
-def score_fitted(
-    fitted: Fitted, context: SweepContext, backbone: Backbone, evaluators: EvaluatorPool
-) -> tuple[Score, dict[str, torch.Tensor]]:
-    """The fitted solver scored on the test and validation seeds where it was fitted: in this
-    process, or on the evaluators (`sampling.score.score`)."""
-    teachers = context.teachers
-    if not context.config.resources.fits_in_trial:
-        return evaluators.call(
-            "score", fitted.spec, fitted.path, teachers.test, teachers.validation
+def placement(context: SweepContext, backbone: Backbone, evaluators: EvaluatorPool) -> Placement:
+    """Here, when the sweep fits with one worker; else on Ray Train and the evaluators."""
+    if context.config.resources.fits_in_trial:
+        return InTrialProcess(
+            context.config, context.teachers, context.store, backbone, context.device
         )
-    test, validation = read_entry(teachers.test), read_entry(teachers.validation)
-    solver = fitted.solver.to(context.device)
-    size = score_batch(context.config.evaluation.batch_size, solver, backbone, test, context.device)
-    return score(
-        solver, backbone, test, device=context.device, validation=validation, batch_size=size
-    )
+    return OnRayTrain(context.config, context.teachers, context.store, evaluators)
+
+
+def fitted_replicate(
+    spec: SolverSpec,
+    result: Configuration,
+    context: SweepContext,
+    backbone: Backbone,
+    place: Placement,
+) -> Fitted:
+    """`spec` as the replicate `result` fits it: from the sweep's fit cache, or fitted into it
+    where `place` fits."""
+    cache = FitCache(context.fitted, result, context.reuse_across_versions, context.store)
+    return cache.fitted(spec, backbone, place.fit_solver)

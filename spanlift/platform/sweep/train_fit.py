@@ -2,13 +2,16 @@
 
 The trial's process starts the trainer and waits for it; the workers run `train_worker.fit_worker`
 (gloo on CPU, NCCL on GPU) and report checkpoints to Ray Train, which restarts a worker group that
-lost a worker from the newest one. A single-worker fit runs in the trial's own process instead
+lost a worker from the newest one. The fitted solver is then scored on the sweep's evaluator actors
+(`OnRayTrain`), which hold the GPUs the trial's process does not. A single-worker fit runs in the trial's own process instead
 (`trial_fit.py`): Ray Train's controller and worker group buy nothing for one worker.
 """
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
@@ -16,7 +19,9 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from spanlift.errors import TrainingDivergedError
 from spanlift.files import atomic_write
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.results.fit_cache import Fitted
+from spanlift.platform.sampling.score import Score
 from spanlift.platform.sampling.teacher import supervision_sigmas
 from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.config import SweepConfig
@@ -26,6 +31,25 @@ from spanlift.solvers import Solver
 
 TRAIN_CHECKPOINTS_KEPT = 2
 """Ray Train checkpoints kept per fit: the newest to resume from, and one before it."""
+
+
+@dataclass(frozen=True)
+class OnRayTrain:
+    """Fits a replicate on Ray Train workers and scores it on the sweep's evaluator actors."""
+
+    config: SweepConfig
+    teachers: SweepTeachers
+    storage: Storage
+    evaluators: EvaluatorPool
+
+    def fit_solver(self, solver: Solver, out: Path) -> Fitted:
+        """`solver` fitted by a TorchTrainer (`fit_on_ray_train`), saved at `out`."""
+        return fit_on_ray_train(solver, self.config, self.teachers, self.storage, out)
+
+    def score_solver(self, fitted: Fitted) -> tuple[Score, dict[str, torch.Tensor]]:
+        """The fitted solver scored on an evaluator (`Evaluator.score`)."""
+        test, validation = self.teachers.test, self.teachers.validation
+        return self.evaluators.call("score", fitted.spec, fitted.path, test, validation)
 
 
 def fit_on_ray_train(

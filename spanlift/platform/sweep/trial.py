@@ -4,7 +4,8 @@ evaluated, recorded in MLflow.
     Tune config → Trial (entry, spec, whether it learns: built once) ─ each fit seed (one for an
     analytic solver) ─ a replicate:
         finished run of this code version in MLflow? ── yes → its metrics
-        └─ no → fit (in this process; on Ray Train workers when `workers` > 1)   replicate_fit.py
+        └─ no → where the sweep fits and scores (`placement`):                 replicate_fit.py
+                fit (in this process; on Ray Train workers when `workers` > 1)
                 → score on validation and test seeds (errors per test seed kept)
                 → evaluate: sample metrics on the evaluator actors, the solver's own  evaluation.py
                 → MLflow child run of the sweep's run                                replicate.py
@@ -40,7 +41,7 @@ from spanlift.platform.sweep.config import SweepConfig
 from spanlift.platform.sweep.context import SweepContext, for_replicate
 from spanlift.platform.sweep.evaluation import evaluate_fitted, evaluator_setup
 from spanlift.platform.sweep.replicate import configuration, replicate_files, run_params
-from spanlift.platform.sweep.replicate_fit import fitted_replicate, score_fitted
+from spanlift.platform.sweep.replicate_fit import fitted_replicate, placement
 from spanlift.platform.sweep.retries import FAILED_FOR_GOOD
 from spanlift.platform.sweep.solver_entry import SolverEntry
 from spanlift.platform.sweep.space import decode
@@ -208,11 +209,12 @@ def measure(
     loads = backbone_loads()
     with phases("backbone"):
         backbone = context.backbone()
-    with phases("fit"):
-        fitted = fitted_replicate(trial.spec, result, context, backbone)
     evaluators = EvaluatorPool(evaluator_setup(context.config, context.root), [*context.evaluators])
+    place = placement(context, backbone, evaluators)
+    with phases("fit"):
+        fitted = fitted_replicate(trial.spec, result, context, backbone, place)
     with phases("score"):
-        scored, samples = score_fitted(fitted, context, backbone, evaluators)
+        scored, samples = place.score_solver(fitted)
     with phases("evaluate"):
         evaluated = evaluate_fitted(fitted, context.config, backbone, evaluators, folder)
     loads = backbone_loads() - loads + evaluators.loads

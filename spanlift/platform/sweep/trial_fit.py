@@ -1,4 +1,5 @@
-"""A single-worker fit in the trial's own process, resumable from its state in the sweep's storage.
+"""A single-worker fit in the trial's own process, resumable from its state in the sweep's storage,
+and the fitted solver scored there too (`InTrialProcess`).
 
     <sweep>/train/<fitted checkpoint's name>.state.pt      the fit's full state (`FitState`)
 
@@ -10,6 +11,7 @@ this node or another, continues from it exactly. The state is removed once the f
 kept in the fit cache.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,9 +21,40 @@ from spanlift.files import atomic_write
 from spanlift.platform.fitting.compare import fit_record
 from spanlift.platform.fitting.fit import FitSettings, FitState, fit
 from spanlift.platform.results.fit_cache import Fitted
-from spanlift.platform.sampling.teacher import TeacherSet
+from spanlift.platform.sampling.score import Score, score, score_batch
+from spanlift.platform.sampling.teacher import TeacherSet, supervision_sigmas
 from spanlift.platform.storage import Storage
+from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.teacher import SweepTeachers, read_entry
 from spanlift.solvers import Solver, save_solver
+
+
+@dataclass(frozen=True)
+class InTrialProcess:
+    """Fits and scores a replicate in the trial's own process, on its device (`device`), with the
+    backbone loaded there."""
+
+    config: SweepConfig
+    teachers: SweepTeachers
+    storage: Storage
+    backbone: Backbone
+    device: torch.device
+
+    def fit_solver(self, solver: Solver, out: Path) -> Fitted:
+        """`solver` fitted on the teacher entries it needs (`fit_in_trial`), saved at `out`."""
+        entries = self.teachers.for_solver(supervision_sigmas(solver))
+        train, validation = read_entry(entries.train), read_entry(entries.validation)
+        solver = solver.to(self.device)
+        return fit_in_trial(
+            solver, self.backbone, train, validation, self.config.fit, self.storage, out
+        )
+
+    def score_solver(self, fitted: Fitted) -> tuple[Score, dict[str, torch.Tensor]]:
+        """The fitted solver scored on the test and validation seeds (`sampling.score.score`)."""
+        test, validation = read_entry(self.teachers.test), read_entry(self.teachers.validation)
+        solver, backbone, device = fitted.solver.to(self.device), self.backbone, self.device
+        size = score_batch(self.config.evaluation.batch_size, solver, backbone, test, device)
+        return score(solver, backbone, test, device=device, validation=validation, batch_size=size)
 
 
 def state_path(storage: Storage, out: Path) -> Path:
