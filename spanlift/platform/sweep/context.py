@@ -7,6 +7,7 @@ import torch
 
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import loaded_backbone
+from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import SweepConfig
 from spanlift.platform.sweep.solver_entry import SolverEntry
@@ -26,7 +27,7 @@ class SweepContext:
     parent_run_id: str = ""
     reuse_across_versions: bool = False
     tags: dict[str, str] = field(default_factory=dict)
-    evaluators: tuple = ()  # the sweep's evaluator actors
+    evaluators: EvaluatorPool | None = None  # the sweep's evaluator actors, once started
     storage: Storage | None = None  # None: the folder `root`
 
     @property

@@ -91,7 +91,7 @@ def searcher_for(context: SweepContext, concurrency: int) -> tuple[Searcher, int
         points_to_evaluate=plan.points,
     )
     if config.search.repeats(space.size):
-        stored = StoredValues(replace(context, evaluators=()))
+        stored = StoredValues(replace(context, evaluators=None))
         searcher = DistinctSearch(searcher, config, lag=concurrency, lookup=stored)
     return searcher, config.search.trials(space.size)
 
@@ -306,7 +306,7 @@ def run_configurations(
     with running_evaluators(
         setup, evaluators.count, evaluators.cpus, evaluators.gpus, context.store
     ) as pool:
-        context = replace(context, evaluators=tuple(pool.actors))
+        context = replace(context, evaluators=pool)
         stages.begin("running the configurations", running_detail(config, concurrency))
         search = searcher_for(context, concurrency)
         seen = SeenFailures(config)

@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,10 +36,9 @@ from ray import tune
 from spanlift.backbones.loaded import backbone_loads
 from spanlift.errors import SettingsError, TrainingDivergedError
 from spanlift.platform.configuration import Configuration, code_version
-from spanlift.platform.evaluation.pool import EvaluatorPool
 from spanlift.platform.sweep.config import SweepConfig
 from spanlift.platform.sweep.context import SweepContext, for_replicate
-from spanlift.platform.sweep.evaluation import evaluate_fitted, evaluator_setup
+from spanlift.platform.sweep.evaluation import evaluate_fitted
 from spanlift.platform.sweep.replicate import configuration, replicate_files, run_params
 from spanlift.platform.sweep.replicate_fit import fitted_replicate, placement
 from spanlift.platform.sweep.retries import FAILED_FOR_GOOD
@@ -209,7 +208,7 @@ def measure(
     loads = backbone_loads()
     with phases("backbone"):
         backbone = context.backbone()
-    evaluators = EvaluatorPool(evaluator_setup(context.config, context.root), [*context.evaluators])
+    evaluators = replace(context.evaluators, loads=0)  # this replicate's loads
     place = placement(context, backbone, evaluators)
     with phases("fit"):
         fitted = fitted_replicate(trial.spec, result, context, backbone, place)
