@@ -11,7 +11,7 @@ import yaml
 from spanlift.errors import SettingsError
 from spanlift.platform.ray_runtime import TrialBundle, concurrent_trials
 from spanlift.platform.sweep.config import SweepConfigError, load_sweep, parse_sweep
-from tests.cli_run import ROOT
+from tests.cli_run import ROOT, spanlift
 
 SWEEPS = ROOT / "sweeps"
 
@@ -173,6 +173,22 @@ def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
         load_sweep(broken)
     with pytest.raises(SweepConfigError, match="sweep file not found"):
         load_sweep(tmp_path / "missing.yaml")
+
+
+@pytest.mark.e2e
+def test_a_bad_sweep_file_is_answered_before_ray_tune_and_mlflow_load(tmp_path: Path) -> None:
+    """A typo costs the user the sweep file's reading, not the seconds of the driver's imports."""
+    path = tmp_path / "typo.yaml"
+    path.write_text("experiment: typo\nbackbone: gmm\ncolour: red\n")
+    result = spanlift(tmp_path, "sweep", str(path), env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 2 and f"{path}: colour: unknown key" in result.stderr
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "spanlift.platform.sweep.config" in imported  # the profile was read
+    assert not imported & {"ray", "ray.tune", "mlflow"}
 
 
 @pytest.mark.parametrize(

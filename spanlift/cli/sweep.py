@@ -65,6 +65,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with Stages() as stages:
         try:
             stages.begin("loading Ray, Tune and torch")
+            from spanlift.platform.sweep.config import load_sweep
+
+            config = load_sweep(args.file)  # a bad file is answered before Ray and Tune load
             from spanlift.platform.sweep.driver import run_sweep
 
             summary = run_sweep(
@@ -78,6 +81,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 reuse_across_versions=args.reuse_across_versions,
                 verbose=args.verbose,
                 stages=stages,
+                config=config,
             )
         except BaseException:
             if not stages.interrupted:

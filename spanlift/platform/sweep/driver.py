@@ -202,9 +202,11 @@ def run_sweep(
     reuse_across_versions: bool = False,
     verbose: bool = False,
     stages: Stages | None = None,
+    config: SweepConfig | None = None,
 ) -> SweepSummary:
-    """Run (or continue) the sweep in `path`; returns its summary, also written to summary.json
-    and logged, with the validated sweep, to the sweep's parent MLflow run.
+    """Run (or continue) the sweep in `path` (`config`: that file as read already); returns its
+    summary, also written to summary.json and logged, with the validated sweep, to the sweep's
+    parent MLflow run.
 
     The console shows each stage as it starts (`stages`), then one progress view; `verbose`:
     Ray's and Tune's own output instead."""
@@ -215,7 +217,7 @@ def run_sweep(
     # The Train workers' loss reports reach Tune before the trial's metrics do. The search metric
     # is checked in the sweep file (`check_search_metric`) and in each trial's last report.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    config = load_sweep(path)
+    config = config or load_sweep(path)
     store = sweep_storage(config, storage)
     root = store.local
     address = ray_address(address)
