@@ -15,7 +15,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from spanlift.platform.tracking.runs import connect, local_store
+from spanlift.platform.tracking.runs import connect
+from spanlift.platform.tracking.store_uri import local_store
 from tests.cli_run import ROOT, spanlift
 
 pytestmark = pytest.mark.e2e

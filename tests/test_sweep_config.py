@@ -176,11 +176,15 @@ def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_a_bad_sweep_file_is_answered_before_ray_tune_and_mlflow_load(tmp_path: Path) -> None:
-    """A typo costs the user the sweep file's reading, not the seconds of the driver's imports."""
+@pytest.mark.parametrize("store", [[], ["--tracking-uri", "sqlite:///mlflow.db"]])
+def test_a_bad_sweep_file_is_answered_before_ray_tune_and_mlflow_load(
+    tmp_path: Path, store: list[str]
+) -> None:
+    """A typo costs the user the sweep file's reading, not the seconds of the driver's imports;
+    a store given on the command line is checked without loading MLflow."""
     path = tmp_path / "typo.yaml"
     path.write_text("experiment: typo\nbackbone: gmm\ncolour: red\n")
-    result = spanlift(tmp_path, "sweep", str(path), env={"PYTHONPROFILEIMPORTTIME": "1"})
+    result = spanlift(tmp_path, "sweep", str(path), *store, env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 2 and f"{path}: colour: unknown key" in result.stderr
     imported = {
         line.rsplit("|", 1)[-1].strip()

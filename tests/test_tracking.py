@@ -10,7 +10,8 @@ from spanlift.errors import SettingsError
 from spanlift.platform.tracking.board_format import format_leaderboard, write_csv
 from spanlift.platform.tracking.board_plot import plot_leaderboard
 from spanlift.platform.tracking.leaderboard import leaderboard, rank
-from spanlift.platform.tracking.runs import ConfigurationRuns, absolute_uri, connect, experiment_id
+from spanlift.platform.tracking.runs import ConfigurationRuns, connect, experiment_id
+from spanlift.platform.tracking.store_uri import absolute_uri
 from tests.store_contact import open_store_at
 
 

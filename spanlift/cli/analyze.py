@@ -173,7 +173,8 @@ class Output:
         """Checks the tracking store before any work, so a bad URI costs no compute."""
         client = None
         if not args.no_tracking:
-            from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
+            from spanlift.platform.tracking.runs import connect
+            from spanlift.platform.tracking.store_uri import resolve_tracking_uri
 
             client = connect(resolve_tracking_uri(args.tracking_uri))
         folder = args.out or OUT_ROOT / analysis

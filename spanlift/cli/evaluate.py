@@ -110,7 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from spanlift.platform.evaluation.evaluator import EvaluatorSetup
     from spanlift.platform.evaluation.metrics.reference import ReferenceSet
     from spanlift.platform.run_eval import EvalRequest, Tracking, default_samples, run_eval
-    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
     from spanlift.solvers import SolverSpec
 
     backbone_options = parse_settings(args.backbone_option)

@@ -116,7 +116,8 @@ def from_run(args: argparse.Namespace) -> tuple[Any, Any]:
     from spanlift.backbones import load_backbone
     from spanlift.errors import SettingsError
     from spanlift.platform.tracking.run_files import checkpoint_of, resolved_of
-    from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
+    from spanlift.platform.tracking.runs import connect
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
     from spanlift.solvers import SolverSpec
     from spanlift.solvers.loading import load_solver
 

@@ -209,7 +209,7 @@ def fit_runs(args: argparse.Namespace) -> Any:
     if args.no_tracking:
         return None
     from spanlift.platform.results.tracking import open_experiment
-    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
 
     return open_experiment(resolve_tracking_uri(args.tracking_uri), args.experiment)
 
@@ -232,7 +232,7 @@ def fit_recorder(
 
 def print_runs(args: argparse.Namespace, runs: Any, recorded: list[tuple[int, str, bool]]) -> None:
     """Each replicate's run, and the leaderboard command that ranks them."""
-    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
 
     uri = runs.client.tracking_uri
     for seed, run_id, new in recorded:

@@ -83,7 +83,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
     from spanlift.platform.tracking.board_samples import sample_figure
     from spanlift.platform.tracking.leaderboard import leaderboard
     from spanlift.platform.tracking.metrics import default_mode
-    from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
+    from spanlift.platform.tracking.runs import connect
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
 
     plot = plot_kind(args.plot)
     mode = args.mode or default_mode(args.metric)

@@ -164,7 +164,7 @@ def suite_request(args: argparse.Namespace) -> Any:
     from spanlift.nowcasting.windows import SplitSettings
     from spanlift.platform.fitting.fit import FitSettings
     from spanlift.platform.nowcast_suite import SuiteRequest, parse_solvers
-    from spanlift.platform.tracking.runs import resolve_tracking_uri
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
     from spanlift.solvers import SolverSpec
 
     for name in ("train_samples", "evaluators", "teacher_nfe", "nfe"):

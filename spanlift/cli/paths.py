@@ -58,7 +58,7 @@ def existing(shown: str, path: Any) -> None:
 def store(shown: str, uri: Any) -> None:
     """A local MLflow store at `uri` is made only in a folder that exists; a database store's
     driver is installed."""
-    from spanlift.platform.tracking.runs import check_store
+    from spanlift.platform.tracking.store_uri import check_store
 
     check_store(str(uri))
 

@@ -42,7 +42,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from spanlift.platform.fitting.rerun import rerun
     from spanlift.platform.results.provenance import git_state
     from spanlift.platform.tracking.run_files import resolved_of
-    from spanlift.platform.tracking.runs import connect, resolve_tracking_uri
+    from spanlift.platform.tracking.runs import connect
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
 
     client = connect(resolve_tracking_uri(args.tracking_uri), read_only=True)
     try:

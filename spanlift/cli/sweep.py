@@ -126,7 +126,8 @@ def print_interrupted(file: str, stages: Stages) -> None:
 def print_next_step(summary: Any) -> None:
     """The best configuration, the `spanlift leaderboard` command that ranks them all, and where
     MLflow's UI shows the sweep's runs."""
-    from spanlift.platform.tracking.runs import resolve_tracking_uri, runs_page
+    from spanlift.platform.tracking.runs import runs_page
+    from spanlift.platform.tracking.store_uri import resolve_tracking_uri
 
     default_uri = resolve_tracking_uri()  # where `spanlift leaderboard` looks by itself
     if summary.best:

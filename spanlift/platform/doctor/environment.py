@@ -43,7 +43,7 @@ def ray_check(address: str | None) -> str:
 def mlflow_check(uri: str | None) -> str:
     """The tracking store answers (a server) or its SQLite file can be written (created on the
     first run when absent, not here, and only in a folder that exists)."""
-    from spanlift.platform.tracking.runs import check_store, resolve_tracking_uri
+    from spanlift.platform.tracking.store_uri import check_store, resolve_tracking_uri
 
     uri = resolve_tracking_uri(uri)
     check_store(uri)

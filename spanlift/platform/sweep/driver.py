@@ -64,9 +64,9 @@ from spanlift.platform.tracking.runs import (
     ConfigurationRuns,
     connect,
     experiment_id,
-    resolve_tracking_uri,
     source_tags,
 )
+from spanlift.platform.tracking.store_uri import resolve_tracking_uri
 
 
 class FinalMetricOptunaSearch(OptunaSearch):

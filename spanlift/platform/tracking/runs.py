@@ -22,7 +22,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from spanlift.errors import SettingsError
-from spanlift.platform.tracking.database import check_driver, is_postgres, schema_lock, shown
+from spanlift.platform.tracking.database import is_postgres, schema_lock, shown
+from spanlift.platform.tracking.store_uri import DEFAULT_URI, check_store, local_store
 from spanlift.solvers import SolverSpec
 
 KEY_TAG = "spanlift.key"
@@ -31,26 +32,8 @@ CODE_TAG = "spanlift.code_version"
 PARENT_TAG = "mlflow.parentRunId"
 REPLICATE_PARAM = "configuration.key"
 """The run param the replicates of one configuration share: its key up to the fit seed."""
-DEFAULT_URI = "sqlite:///mlflow.db"
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 """MLflow 3's UI opens an untagged experiment on its GenAI traces page; this opens the runs."""
-
-
-def resolve_tracking_uri(explicit: str | None = None, from_file: str | None = None) -> str:
-    """The store to use: --tracking-uri, else $MLFLOW_TRACKING_URI, else the sweep file's, else
-    sqlite:///mlflow.db in the working directory; made absolute for Ray workers."""
-    return absolute_uri(
-        explicit or os.environ.get("MLFLOW_TRACKING_URI") or from_file or DEFAULT_URI
-    )
-
-
-def absolute_uri(uri: str) -> str:
-    """A local store URI made absolute, so Ray workers in other folders reach the same store."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri.removeprefix("sqlite:///")).resolve())
-    if "://" not in uri:
-        return Path(uri).resolve().as_uri()
-    return uri
 
 
 def solver_params(backbone: str, spec: SolverSpec) -> dict[str, Any]:
@@ -74,34 +57,6 @@ def run_name(spec: SolverSpec, label: str = "") -> str:
     """What a run shows in MLflow's runs table, e.g. `spanlift[base=dyweight,kernel_size=3] nfe=4`,
     or with a sweep entry's `label` `SpanLift (pooled) nfe=4`."""
     return f"{label or spec.label()} nfe={spec.nfe}"
-
-
-def local_store(uri: str) -> Path | None:
-    """The file or folder a local store URI (`sqlite:///…`, `file://…`) names; None for a server."""
-    if uri.startswith("sqlite:///"):
-        return Path(uri.removeprefix("sqlite:///"))
-    if uri.startswith("file://"):
-        return Path(uri.removeprefix("file://"))
-    return None
-
-
-def check_local_store(uri: str) -> None:
-    """Refuse a local store whose folder does not exist: MLflow would create the folder and an
-    empty store in it, where a mistyped URI is meant. A new store is made only in a folder that
-    exists."""
-    store = local_store(absolute_uri(uri))
-    if store is not None and not store.parent.is_dir():
-        raise SettingsError(
-            f"tracking URI {uri}: folder {store.parent} does not exist; correct the URI, or create "
-            "the folder for a new store"
-        )
-
-
-def check_store(uri: str) -> None:
-    """What can be checked of a store URI without reaching it: a local store's folder exists
-    (`check_local_store`), a database URI's driver is installed (`database.check_driver`)."""
-    check_local_store(uri)
-    check_driver(uri)
 
 
 def connect(uri: str, read_only: bool = False) -> MlflowClient:
