@@ -2,9 +2,10 @@
 
 The trial's process starts the trainer and waits for it; the workers run `train_worker.fit_worker`
 (gloo on CPU, NCCL on GPU) and report checkpoints to Ray Train, which restarts a worker group that
-lost a worker from the newest one. The fitted solver is then scored on the sweep's evaluator actors
-(`OnRayTrain`), which hold the GPUs the trial's process does not. A single-worker fit runs in the trial's own process instead
-(`trial_fit.py`): Ray Train's controller and worker group buy nothing for one worker.
+lost a worker from the newest one. The fitted solver is then scored on the sweep's evaluator
+actors (`OnRayTrain`): the trial's process holds no GPU. A single-worker fit runs in the trial's
+own process instead (`trial_fit.py`): Ray Train's controller and worker group buy nothing for one
+worker.
 """
 
 import shutil
