@@ -9,7 +9,7 @@ import torch
 from spanlift.errors import CacheError, SettingsError
 from spanlift.platform.results.fit_cache import FitCache
 from spanlift.platform.sampling.teacher import read_teacher, write_teacher
-from spanlift.platform.storage import Storage, check_storage, open_storage
+from spanlift.platform.storage import BucketStorage, check_storage, open_storage
 from tests.s3_server import keys, make_bucket, moto_server, s3_environment
 
 
@@ -26,9 +26,9 @@ def s3_env(s3: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return s3
 
 
-def on_another_node(storage: Storage, mirror: Path) -> Storage:
+def on_another_node(storage: BucketStorage, mirror: Path) -> BucketStorage:
     """The same bucket as a node whose mirror is `mirror` (empty) sees it."""
-    return Storage(storage.uri, storage.filesystem, storage.base, mirror)
+    return BucketStorage(storage.uri, storage.filesystem, storage.base, mirror)
 
 
 def test_a_teacher_entry_published_by_one_node_is_read_verified_by_another(

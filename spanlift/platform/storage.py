@@ -5,13 +5,13 @@
     storage: gs://bucket/prefix          Google Cloud Storage
 
 Files are written and read through `pyarrow.fs`, the file-system layer Ray Tune and Train use for
-their own state (`storage_filesystem`). With a bucket, each node works in a node-local mirror of
-the storage (`Storage.local`, the same path on every node) and exchanges whole files through the
-bucket: a finished file is `publish`ed (a folder's `manifest.json` last, so a folder with a
-manifest is complete), and a file a node lacks is `fetch`ed before it is read (into a temporary
-name, then renamed). What the files carry (a teacher entry's SHA-256 in its manifest) is
-verified after the fetch as for a local folder. With a folder, the mirror is the folder itself and
-both are no-ops.
+their own state (`storage_filesystem`). With a bucket (`BucketStorage`), each node works in a
+node-local mirror of the storage (`local`, the same path on every node) and exchanges whole files
+through the bucket: a finished file is `publish`ed (a folder's `manifest.json` last, so a folder
+with a manifest is complete), and a file a node lacks is `fetch`ed before it is read (into a
+temporary name, then renamed). What the files carry (a teacher entry's SHA-256 in its manifest) is
+verified after the fetch as for a local folder. With a folder (`FolderStorage`), the mirror is the
+folder itself and both are no-ops.
 """
 
 import hashlib
@@ -22,6 +22,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Protocol
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -57,25 +58,103 @@ def check_storage(storage: str) -> str:
     return storage
 
 
-@dataclass(frozen=True)
-class Storage:
-    """A storage location and this node's working copy of it (see the module docstring)."""
+class Storage(Protocol):
+    """Where a sweep keeps its files (module docstring): a `FolderStorage` or a `BucketStorage`."""
 
     uri: str
     """An absolute folder, or a bucket URI."""
-    filesystem: pafs.FileSystem
-    base: str
-    """The location within `filesystem`: `bucket/prefix`, or the folder."""
     local: Path
     """Where this node reads and writes the files: the folder, or the bucket's local mirror."""
-
-    @property
-    def remote(self) -> bool:
-        return not isinstance(self.filesystem, pafs.LocalFileSystem)
+    remote: bool
 
     def child(self, name: str) -> "Storage":
         """`<storage>/<name>`."""
-        return Storage(
+
+    def ray_storage(self, name: str = "") -> dict:
+        """RunConfig arguments that keep Ray Tune or Train runs in this storage's `name`."""
+
+    def publish(self, path: Path) -> None:
+        """Make the finished file or folder at `path` (under `local`) the storage's."""
+
+    def exists(self, path: Path) -> bool:
+        """Whether the file at `path`, or the whole folder, is in the storage."""
+
+    def fetch(self, path: Path) -> bool:
+        """Make the file or folder at `path` present on this node; False when the storage has
+        none either."""
+
+    def refresh(self, path: Path) -> None:
+        """Make this node's copy of the folder at `path` the storage's: state another process
+        may have changed, such as Tune's."""
+
+    def remove(self, path: Path) -> None:
+        """Delete the folder at `path` from the storage (this node's copy is left alone)."""
+
+    def discard(self, path: Path) -> None:
+        """Delete the file at `path`, this node's copy and the storage's."""
+
+    def fetch_stored(self, path: Path | str | None) -> None:
+        """`fetch` a path of this storage that this node lacks; other paths are left alone."""
+
+    def names(self, folder: Path) -> list[str]:
+        """The names of what the storage's `folder` holds (empty when it has nothing)."""
+
+
+@dataclass(frozen=True)
+class FolderStorage:
+    """A folder every process reads and writes in place: nothing to publish or fetch."""
+
+    local: Path
+    remote: ClassVar[bool] = False
+
+    @property
+    def uri(self) -> str:
+        return str(self.local)
+
+    def child(self, name: str) -> "FolderStorage":
+        return FolderStorage(self.local / name)
+
+    def ray_storage(self, name: str = "") -> dict:
+        return {"storage_path": str(self.local / name)}
+
+    def publish(self, path: Path) -> None:
+        pass
+
+    def exists(self, path: Path) -> bool:
+        return Path(path).exists()
+
+    def fetch(self, path: Path) -> bool:
+        return Path(path).exists()
+
+    def refresh(self, path: Path) -> None:
+        pass
+
+    def remove(self, path: Path) -> None:
+        pass
+
+    def discard(self, path: Path) -> None:
+        Path(path).unlink(missing_ok=True)
+
+    def fetch_stored(self, path: Path | str | None) -> None:
+        pass
+
+    def names(self, folder: Path) -> list[str]:
+        return sorted(p.name for p in Path(folder).glob("*"))
+
+
+@dataclass(frozen=True)
+class BucketStorage:
+    """A bucket, worked with in this node's mirror of it (module docstring)."""
+
+    uri: str
+    filesystem: pafs.FileSystem
+    base: str
+    """The location within `filesystem`: `bucket/prefix`."""
+    local: Path
+    remote: ClassVar[bool] = True
+
+    def child(self, name: str) -> "BucketStorage":
+        return BucketStorage(
             f"{self.uri.rstrip('/')}/{name}",
             self.filesystem,
             f"{self.base}/{name}",
@@ -83,21 +162,15 @@ class Storage:
         )
 
     def remote_path(self, path: Path) -> str:
-        """Where the local `path` (under `local`) lives in the storage."""
+        """Where the local `path` (under `local`) lives in the bucket."""
         return f"{self.base}/{Path(path).relative_to(self.local).as_posix()}"
 
     def ray_storage(self, name: str = "") -> dict:
-        """RunConfig arguments that keep Ray Tune or Train runs in this storage's `name`."""
-        if not self.remote:
-            return {"storage_path": str(self.local / name)}
         path = f"{self.base}/{name}" if name else self.base
         return {"storage_path": path, "storage_filesystem": self.filesystem}
 
     def publish(self, path: Path) -> None:
-        """Upload the finished file or folder at `path` to the storage (a folder's manifest
-        last); nothing to do for a folder storage."""
-        if not self.remote:
-            return
+        """Upload the file, or the folder's files with its manifest last."""
         path = Path(path)
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
         for file in sorted(files, key=lambda p: p.name == MANIFEST):
@@ -109,19 +182,17 @@ class Storage:
             )
 
     def exists(self, path: Path) -> bool:
-        """Whether the file at `path`, or the whole folder (its manifest), is in the storage."""
-        if not self.remote:
-            return Path(path).exists()
+        """The file, or the folder's manifest, is in the bucket."""
         target = self.remote_path(path)
         info = self.filesystem.get_file_info([target, f"{target}/{MANIFEST}"])
         return info[0].type == pafs.FileType.File or info[1].type == pafs.FileType.File
 
     def fetch(self, path: Path) -> bool:
-        """Make the file or folder at `path` present on this node, downloading it from the
-        storage when it is missing; False when the storage has none either."""
+        """Download what this node lacks: a file under a temporary name, a folder into a
+        temporary folder, each then renamed."""
         path = Path(path)
-        if path.exists() or not self.remote:
-            return path.exists()
+        if path.exists():
+            return True
         target = self.remote_path(path)
         kind = self.filesystem.get_file_info(target).type
         if kind == pafs.FileType.File:
@@ -144,40 +215,29 @@ class Storage:
         return True
 
     def refresh(self, path: Path) -> None:
-        """Replace this node's copy of the folder at `path` with the storage's (none when the
-        storage has none): state another process may have changed, such as Tune's."""
-        if not self.remote:
-            return
         shutil.rmtree(path, ignore_errors=True)
         if self.names(path):
             Path(path).mkdir(parents=True)
             download(self.filesystem, self.remote_path(path), Path(path))
 
     def remove(self, path: Path) -> None:
-        """Delete the folder at `path` from the storage (this node's copy is left alone)."""
-        if self.remote and self.names(path):
+        if self.names(path):
             self.filesystem.delete_dir(self.remote_path(path))
 
     def discard(self, path: Path) -> None:
-        """Delete the file at `path`, this node's copy and the storage's."""
         Path(path).unlink(missing_ok=True)
-        if self.remote:
-            target = self.remote_path(path)
-            if self.filesystem.get_file_info(target).type == pafs.FileType.File:
-                self.filesystem.delete_file(target)
+        target = self.remote_path(path)
+        if self.filesystem.get_file_info(target).type == pafs.FileType.File:
+            self.filesystem.delete_file(target)
 
     def fetch_stored(self, path: Path | str | None) -> None:
-        """`fetch` a path of this storage that this node lacks; other paths are left alone."""
-        if path is None or not self.remote:
+        if path is None:
             return
         path = Path(path)
         if path.is_relative_to(self.local) and not self.fetch(path):
             raise FileNotFoundError(f"{self.remote_path(path)} is not in the storage {self.uri}")
 
     def names(self, folder: Path) -> list[str]:
-        """The names of what the storage's `folder` holds (empty when it has nothing)."""
-        if not self.remote:
-            return sorted(p.name for p in Path(folder).glob("*"))
         selector = pafs.FileSelector(self.remote_path(folder), allow_not_found=True)
         return sorted(info.base_name for info in self.filesystem.get_file_info(selector))
 
@@ -207,8 +267,7 @@ def open_storage(storage: str) -> Storage:
     one clear SettingsError when it cannot be used."""
     check_storage(storage)
     if not is_uri(storage):
-        folder = Path(storage).expanduser().resolve()
-        return Storage(str(folder), pafs.LocalFileSystem(), str(folder), folder)
+        return FolderStorage(Path(storage).expanduser().resolve())
     uri = storage.rstrip("/")
     check_endpoint(uri)
     try:
@@ -216,7 +275,7 @@ def open_storage(storage: str) -> Storage:
     except (OSError, ValueError, pafs.ArrowException) as exc:
         raise SettingsError(f"storage {uri}: {first_line(exc)}") from None
     check_writable(uri, filesystem, base.rstrip("/"))
-    return Storage(uri, filesystem, base.rstrip("/"), mirror_folder(uri))
+    return BucketStorage(uri, filesystem, base.rstrip("/"), mirror_folder(uri))
 
 
 def check_endpoint(uri: str) -> None:
