@@ -105,3 +105,29 @@ def test_a_later_metric_s_options_key_a_run_only_where_it_is_asked_for_or_set() 
     asked = keyed(metrics=["fid", "fd_dinov2"])
     assert asked["fd_dinov2_weights"] is None and "fd_dinov2_statistics" in asked
     assert keyed(fd_dinov2_weights="/models/dinov2-large")["fd_dinov2_weights"] is not None
+
+
+def test_a_statistics_file_is_read_once_per_sweep_not_per_replicate(tmp_path, monkeypatch) -> None:
+    """Its digest enters every run key; the sweep's plan reads it when the context is made."""
+    import numpy as np
+    import yaml
+
+    from spanlift.platform.evaluation.metrics import reference
+    from spanlift.platform.sweep.config import parse_sweep
+
+    statistics = tmp_path / "digits-8x8.npz"
+    np.savez(statistics, mu=np.zeros(64), sigma=np.eye(64))
+    data = yaml.safe_load((SWEEPS / "digits_fid.yaml").read_text())
+    data["evaluation"] = {**data["evaluation"], "reference": str(statistics)}
+    config = parse_sweep(data, folder=SWEEPS)
+    context = SweepContext(config, ROOT, TEACHERS, "")
+    reads = []
+    monkeypatch.setattr(reference, "file_sha256", lambda path: reads.append(path) or "0" * 64)
+    keys = {
+        configuration(spec, for_replicate(context, entry, seed)).key()
+        for entry, spec in config.grid()[:3]
+        for seed in (0, 1)
+    }
+    assert len(keys) == 6 and reads == []
+    described = context.plan.evaluation_key["reference"]
+    assert described.startswith("file digits-8x8.npz sha256:") and "0000" not in described

@@ -2,16 +2,46 @@
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from spanlift.backbones import Backbone
 from spanlift.backbones.loaded import loaded_backbone
 from spanlift.platform.evaluation.pool import EvaluatorPool
+from spanlift.platform.results.tracking import seed_params
 from spanlift.platform.storage import Storage, open_storage
 from spanlift.platform.sweep.config import SweepConfig
+from spanlift.platform.sweep.evaluation import (
+    EvaluationPlan,
+    evaluation_params,
+    evaluation_settings,
+)
 from spanlift.platform.sweep.solver_entry import SolverEntry
-from spanlift.platform.sweep.teacher import SweepTeachers
+from spanlift.platform.sweep.teacher import SweepTeachers, sweep_seeds
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What every replicate of a sweep shares whatever its solver and fit, worked out once per
+    sweep: its seeds by role, the params every run records (seeds, selection, evaluation), the
+    evaluation's part of every run key, the evaluation as a replicate runs it."""
+
+    seeds: dict[str, range]
+    params: dict[str, Any]
+    evaluation_key: dict[str, Any]  # `evaluation_settings`
+    evaluation: EvaluationPlan
+
+    @classmethod
+    def of(cls, config: SweepConfig) -> "SweepPlan":
+        seeds = sweep_seeds(config)
+        params = {
+            **seed_params(seeds),
+            "selection.metric": config.search_metric,
+            "fit.use_gpu": config.resources.use_gpu,
+            **evaluation_params(config),
+        }
+        return cls(seeds, params, evaluation_settings(config), EvaluationPlan.of(config))
 
 
 @dataclass(frozen=True)
@@ -29,6 +59,11 @@ class SweepContext:
     tags: dict[str, str] = field(default_factory=dict)
     evaluators: EvaluatorPool | None = None  # the sweep's evaluator actors, once started
     storage: Storage | None = None  # None: the folder `root`
+    plan: SweepPlan | None = None  # None: worked out from `config` as the context is made
+
+    def __post_init__(self) -> None:
+        if self.plan is None:  # a `replace`d context keeps its plan: no fit setting enters it
+            object.__setattr__(self, "plan", SweepPlan.of(self.config))
 
     @property
     def store(self) -> Storage:

@@ -8,6 +8,7 @@ evaluated with, and how the section enters a run key.
     the solver        its own metrics (diagnostics), in the trial's process
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,53 +105,81 @@ def evaluation_params(config: SweepConfig) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """A sweep's evaluation section as every replicate runs it, worked out once per sweep: the
+    metrics asked for and their options, the test seeds' sample count, what sample metrics are
+    measured against, and the searched sample metric with its validation seeds."""
+
+    metrics: tuple[str, ...]
+    options: dict[str, Any]
+    samples: int
+    reference: ReferenceSet
+    sampled: bool  # whether it asks for a sample metric (measured on the evaluators)
+    searched: str | None  # `searched_family`
+    validation_seeds: range
+    search_metric: str  # `val_<metric>`
+    metric: str
+
+    @classmethod
+    def of(cls, config: SweepConfig) -> "EvaluationPlan":
+        evaluation = config.evaluation
+        return cls(
+            tuple(evaluation.metrics),
+            evaluation.options,
+            evaluation.samples,
+            reference_set(config),
+            bool(chosen(evaluation.metrics, evaluation.options, SampleMetric)),
+            searched_family(config),
+            validation_sample_seeds(config),
+            config.search_metric,
+            config.metric,
+        )
+
+
 def evaluate_fitted(
-    fitted: Fitted, config: SweepConfig, backbone: Backbone, pool: EvaluatorPool, folder: Path
+    fitted: Fitted, plan: EvaluationPlan, backbone: Backbone, pool: EvaluatorPool, folder: Path
 ) -> Finished:
-    """The evaluation of a fitted replicate: its sample metrics on the test seeds, the searched
-    one on validation seeds, its own metrics; their files written to `folder`."""
-    metrics, options = config.evaluation.metrics, config.evaluation.options
-    tested = test_metrics(fitted, config, pool, folder)
-    own = solver_metrics(metrics, options, fitted.solver, backbone, folder, fitted.spec.name)
+    """The evaluation of a fitted replicate: its sample metrics on the test seeds (on the
+    evaluators), the searched one on validation seeds, its own metrics (here); their files
+    written to `folder`."""
+    tested = (
+        evaluate_samples(
+            pool,
+            fitted.spec,
+            fitted.path,
+            plan.samples,
+            plan.metrics,
+            plan.reference,
+            folder=folder,
+        )
+        if plan.sampled
+        else None
+    )
+    own = solver_metrics(
+        plan.metrics, plan.options, fitted.solver, backbone, folder, fitted.spec.name
+    )
     parts = [*own, *([finished(tested)] if tested else [])]
     return Finished(
-        {**validation_metric(fitted, config, pool), **merged(parts, "metrics")},
+        {**validation_metric(fitted, plan, pool), **merged(parts, "metrics")},
         merged(parts, "params"),
         tuple(path for part in parts for path in part.files),
     )
 
 
-def test_metrics(
-    fitted: Fitted, config: SweepConfig, pool: EvaluatorPool, folder: Path
-) -> SampleReport | None:
-    """The section's sample metrics on the evaluators, on their test seeds; None when it asks
-    for none."""
-    evaluation = config.evaluation
-    if not chosen(evaluation.metrics, evaluation.options, SampleMetric):
-        return None
-    return evaluate_samples(
-        pool,
-        fitted.spec,
-        fitted.path,
-        evaluation.samples,
-        evaluation.metrics,
-        reference_set(config),
-        folder=folder,
-    )
-
-
-def validation_metric(fitted: Fitted, config: SweepConfig, pool: EvaluatorPool) -> dict[str, float]:
+def validation_metric(
+    fitted: Fitted, plan: EvaluationPlan, pool: EvaluatorPool
+) -> dict[str, float]:
     """`val_<metric>` of a searched sample metric, measured on validation seeds; {} when the
     sweep searches on the endpoint RMSE (scored on validation seeds with the test seeds)."""
-    family = searched_family(config)
-    if family is None:
+    if plan.searched is None:
         return {}
-    seeds, reference = validation_sample_seeds(config), reference_set(config)
+    seeds = plan.validation_seeds
     report = evaluate_samples(
-        pool, fitted.spec, fitted.path, len(seeds), (family,), reference, seeds.start
+        pool, fitted.spec, fitted.path, len(seeds), (plan.searched,), plan.reference, seeds.start
     )
-    value = report.metrics().get(config.metric)
-    return {} if value is None else {config.search_metric: value}
+    value = report.metrics().get(plan.metric)
+    return {} if value is None else {plan.search_metric: value}
 
 
 def finished(report: SampleReport) -> Finished:

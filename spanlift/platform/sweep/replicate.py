@@ -11,12 +11,10 @@ from spanlift.platform.fitting.losses import networks_param
 from spanlift.platform.resolved import ResolvedConfiguration, write_resolved
 from spanlift.platform.results.fit_cache import Fitted
 from spanlift.platform.results.provenance import run_environment
-from spanlift.platform.results.tracking import configuration_params, seed_params
+from spanlift.platform.results.tracking import configuration_params
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import Score
 from spanlift.platform.sweep.context import SweepContext
-from spanlift.platform.sweep.evaluation import evaluation_params, evaluation_settings
-from spanlift.platform.sweep.teacher import sweep_seeds
 from spanlift.platform.tracking.per_sample import write_errors
 from spanlift.platform.tracking.runs import REPLICATE_PARAM
 from spanlift.solvers import SolverSpec
@@ -35,7 +33,7 @@ def configuration(spec: SolverSpec, context: SweepContext) -> Configuration:
             teachers.test.name,
         ),
         fit={**config.fit.identity(), "workers": config.resources.workers},
-        evaluation=evaluation_settings(config),
+        evaluation=context.plan.evaluation_key,
     )
 
 
@@ -49,10 +47,7 @@ def run_params(result: Configuration, context: SweepContext, label: str = "") ->
         REPLICATE_PARAM: result.replicate_key(),
         "loss": config.fit.loss,
         **networks_param(config.fit.loss, config.fit.loss_options),
-        **seed_params(sweep_seeds(config)),
-        "selection.metric": config.search_metric,
-        "fit.use_gpu": config.resources.use_gpu,
-        **evaluation_params(config),
+        **context.plan.params,
         **run_environment(context.device, deterministic=config.fit.deterministic),
         **({"solver": label} if label else {}),
     }
@@ -81,7 +76,7 @@ def resolved_configuration(spec: SolverSpec, context: SweepContext) -> ResolvedC
         backbone_options=config.backbone_options,
         solver=spec.to_dict(),
         teacher=config.teacher.solver.to_dict(),
-        seeds={role: [s.start, s.stop] for role, s in sweep_seeds(config).items()},
+        seeds={role: [s.start, s.stop] for role, s in context.plan.seeds.items()},
         fit=config.fit.to_dict(),
         workers=config.resources.workers,
         threads=torch.get_num_threads(),

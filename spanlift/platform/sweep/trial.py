@@ -215,7 +215,7 @@ def measure(
     with phases("score"):
         scored, samples = place.score_solver(fitted)
     with phases("evaluate"):
-        evaluated = evaluate_fitted(fitted, context.config, backbone, evaluators, folder)
+        evaluated = evaluate_fitted(fitted, context.plan.evaluation, backbone, evaluators, folder)
     loads = backbone_loads() - loads + evaluators.loads
     metrics = {
         **scored.metrics(),
