@@ -2,7 +2,8 @@
 
 Measured on the digits backbone and on a randomly initialised U-Net with the widths, depth and
 attention of EDM's ImageNet-64 network, so the overhead ratio compares with the paper's
-(+0.04 % parameters, +0.24 % FLOPs, +3.1 % latency on an A6000).
+(+0.04 % parameters, +0.24 % FLOPs, +3.1 % latency on an A6000). Parameters and FLOPs are the
+`overhead` metric's (`spanlift eval --metrics overhead`, a sweep's `evaluation.metrics`).
 
     python benchmarks/overhead.py [--nfe 5] [--batch 4] [--repeats 7] [--skip-large]
 """
@@ -14,11 +15,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import FlopCounterMode
 
 from spanlift.backbones import Backbone, load_backbone
 from spanlift.backbones.edm_precond import EDMPrecond
 from spanlift.backbones.unet import UNet, imagenet64_size
+from spanlift.platform.evaluation.metrics.overhead import parameter_count, rollout_flops
 from spanlift.solvers import SolverSpec, build_solver
 
 
@@ -40,10 +41,6 @@ class RandomImageNet64(Backbone):
         return "random-imagenet64"
 
 
-def count(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
 def rollout_time(solver: torch.nn.Module, backbone: Backbone, x: Tensor) -> float:
     start = time.perf_counter()
     solver(backbone.denoise, x)
@@ -54,7 +51,8 @@ def rollout_time(solver: torch.nn.Module, backbone: Backbone, x: Tensor) -> floa
 def measure(
     backbone: Backbone, specs: list[SolverSpec], batch: int, repeats: int
 ) -> list[dict[str, float]]:
-    """Parameters, FLOPs and median latency of each spec; timings interleaved after a warm-up."""
+    """Parameters and FLOPs per image of each spec as the `overhead` metric counts them, and its
+    median latency per image over rollouts of `batch` images, interleaved after a warm-up."""
     solvers = [
         build_solver(s, backbone.sigma_min, backbone.sigma_max, backbone.shape[0]) for s in specs
     ]
@@ -63,14 +61,10 @@ def measure(
     )
     results = []
     for solver in solvers:
-        with FlopCounterMode(display=False) as flops:
-            solver(backbone.denoise, x)  # also the warm-up run
-        results.append(
-            {
-                "params": count(backbone) + count(solver),
-                "gflops": flops.get_total_flops() / batch / 1e9,
-            }
-        )
+        flops, _ = rollout_flops(solver, backbone)
+        params = parameter_count(backbone) + parameter_count(solver)
+        results.append({"params": params, "gflops": flops / 1e9})
+        rollout_time(solver, backbone, x)  # the warm-up
     times: list[list[float]] = [[] for _ in solvers]
     for _ in range(repeats):
         for solver, record in zip(solvers, times, strict=True):
