@@ -67,7 +67,7 @@ from diffusers import (
     SanaTransformer2DModel,
 )
 from diffusers.utils import logging as diffusers_logging
-from overhead import count, report  # benchmarks/ is on sys.path when run as a script
+from overhead import report  # benchmarks/ is on sys.path when run as a script
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
@@ -89,6 +89,7 @@ from spanlift.backbones.flow_matching import FlowMatchingBackbone
 from spanlift.backbones.flux import Flux
 from spanlift.backbones.sana import Sana
 from spanlift.backbones.unet import UNet, UNetConfig, imagenet64_size
+from spanlift.platform.evaluation.metrics.overhead import parameter_count
 from spanlift.solvers import NFECounter, SolverSpec, build_solver
 
 NFE = 5
@@ -572,7 +573,7 @@ def rollouts(
             with flop_counter() as counter:
                 solver(calls, x)
             gflops = calls.calls * call.gflops + counter.get_total_flops() / 1e9
-            results.append({"params": params + count(solver), "gflops": gflops})
+            results.append({"params": params + parameter_count(solver), "gflops": gflops})
             results[-1]["calls"] = calls.calls
         for _ in range(SOLVER_REPEATS * repeats):
             for solver, record in zip(solvers, seconds, strict=True):
@@ -592,7 +593,7 @@ def default_device(device: torch.device) -> AbstractContextManager:
 
 def solver_params(channels: int) -> tuple[int, int]:
     """DyWeight's and SpanLift's parameters on data with `channels` channels."""
-    base, lifted = (count(build_solver(spec, 1e-3, 1e3, channels)) for spec in SOLVERS)
+    base, lifted = (parameter_count(build_solver(spec, 1e-3, 1e3, channels)) for spec in SOLVERS)
     return base, lifted
 
 
@@ -626,7 +627,7 @@ def sized(case: Case) -> tuple[int, int]:
     from building them on the meta device (no memory)."""
     with torch.device("meta"):
         networks = case.networks()
-    return count(networks.denoiser), networks.weight_bytes()
+    return parameter_count(networks.denoiser), networks.weight_bytes()
 
 
 def run_case(case: Case, settings: Settings) -> Result:
@@ -668,7 +669,7 @@ def measure(
     if networks.vae is not None:
         progress(f"{case.name}: decoding latency, batch {batch}, 1 counted + {repeats} timed")
         result.decode = measure_call(partial(backbone.decode, x), device, repeats, baseline)
-        result.decoder_params = count(networks.vae.decoder)
+        result.decoder_params = parameter_count(networks.vae.decoder)
     progress(f"{case.name}: DyWeight and SpanLift at NFE {NFE}, solver-only rollouts")
     result.rollouts = rollouts(backbone, result.params, result.call, batch, device, repeats)
     report(f"{case.name}, batch {batch}", *result.rollouts)
@@ -685,8 +686,8 @@ def full_depth(result: Result, networks: Networks, clocks: dict[str, BlockClock]
         block = networks.denoiser.get_submodule(path)
         flops = next(v for k, v in call.module_gflops.items() if k.endswith(f".{path}"))
         cost = Cost(1000 * statistics.median(clock.seconds[1:]), flops)  # [0]: the warm-up
-        result.blocks[path] = (count(block), cost)
-        result.params += extra * count(block)
+        result.blocks[path] = (parameter_count(block), cost)
+        result.params += extra * parameter_count(block)
         ms, gflops = ms + extra * cost.ms, gflops + extra * cost.gflops
     return Cost(ms, gflops)
 
