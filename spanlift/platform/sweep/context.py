@@ -41,7 +41,8 @@ class SweepPlan:
             "fit.use_gpu": config.resources.use_gpu,
             **evaluation_params(config),
         }
-        return cls(seeds, params, evaluation_settings(config), EvaluationPlan.of(config))
+        evaluation = EvaluationPlan.of(config)  # its reference's digest: read once, kept
+        return cls(seeds, params, evaluation_settings(config, evaluation.reference), evaluation)
 
 
 @dataclass(frozen=True)

@@ -57,13 +57,15 @@ of the metrics that keyed runs so before any other metric existed. Keys recorded
 again; a later metric's options enter a key only where it is asked for or an option is set."""
 
 
-def evaluation_settings(config: SweepConfig) -> dict[str, Any]:
+def evaluation_settings(
+    config: SweepConfig, reference: ReferenceSet | None = None
+) -> dict[str, Any]:
     """The evaluation section in the run key with the options of the metrics it asks for (and
     `ALWAYS_KEYED`, and any option set); a statistics file enters by name and content digest, so
-    a changed file makes a new result."""
+    a changed file makes a new result (`reference`: the sweep's `reference_set`, when it has it)."""
     if not config.evaluation.metrics:
         return {}
-    settings, reference = config.evaluation.settings(), reference_set(config)
+    settings, reference = config.evaluation.settings(), reference or reference_set(config)
     del settings["batch_size"]  # how many at once changes memory, not the result
     if reference.kind == "file":
         settings["reference"] = reference.describe()
