@@ -1,6 +1,8 @@
 # Two commands do all the set-up: `make demo` and `make test`.
 # `make test-fast` leaves out the end-to-end tests (Ray, `spanlift` processes) for the edit loop.
-# Both create .venv when it is missing and install the package into it.
+# Both create .venv when it is missing and install the package into it, with every extra the tests
+# exercise (k-diffusion's samplers and ImageReward included), so no test is skipped for a package
+# `make` could have installed.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +13,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,diffusers,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,diffusers,cluster,kdiffusion,imagereward]'
 	touch $(STAMP)
 
 install: $(STAMP)
