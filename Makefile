@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo demo-full test test-fast lint format install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,diffusers,cluster,kdiffusion,imagereward]'

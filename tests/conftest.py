@@ -13,6 +13,7 @@ from spanlift.platform.sampling.teacher import generate_teacher
 from spanlift.solvers import SOLVERS
 from spanlift.solvers.peers import PeerSolver
 
+from .missing_packages import skip_is_a_missing_package
 from .mlflow_store import Store
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test-fast`: one torch thread per test process
@@ -75,3 +76,15 @@ def store(uri: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     name = request.node.name
     client.create_experiment(name, artifact_location=(tmp_path / "artifacts").as_uri())
     return Store(client, uri, name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A skip for a missing package fails in CI (`missing_packages.py`)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2]
+        if skip_is_a_missing_package(reason):
+            report.outcome = "failed"
+            report.longrepr = f"skipped in CI for a missing package (install it): {reason}"
