@@ -68,6 +68,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             from spanlift.platform.sweep.config import load_sweep
 
             config = load_sweep(args.file)  # a bad file is answered before Ray and Tune load
+            store = opened_storage(config, args.storage, stages)  # so is an unusable bucket
             from spanlift.platform.sweep.driver import run_sweep
 
             summary = run_sweep(
@@ -82,6 +83,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 verbose=args.verbose,
                 stages=stages,
                 config=config,
+                store=store,
             )
         except BaseException:
             if not stages.interrupted:
@@ -113,6 +115,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print_next_step(summary)
     stop_ray()  # now, not in Ray's exit handler, which first waits 0.5 s for log lines
     return EXIT_FAILED if summary.failed else 0
+
+
+def opened_storage(config: Any, storage: str | None, stages: Stages) -> Any:
+    """The sweep's storage (`sweep_storage`); a bucket's check, bounded by the storage timeout,
+    is a stage of its own."""
+    from spanlift.platform.storage import is_uri
+    from spanlift.platform.sweep.config import sweep_storage
+
+    where = storage or config.storage
+    if is_uri(where):
+        stages.begin(f"checking the storage {where}")
+    return sweep_storage(config, storage)
 
 
 def print_interrupted(file: str, stages: Stages) -> None:

@@ -18,7 +18,6 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import pyarrow.fs as pafs
 
 from spanlift.errors import SettingsError
 from spanlift.files import atomic_write
+from spanlift.platform.bucket_probe import bucket_filesystem, check_bucket
 
 BUCKET_SCHEMES = ("s3", "gs", "gcs")
 """URI schemes of the buckets a sweep can be stored in (pyarrow's S3 and GCS file systems)."""
@@ -263,79 +263,13 @@ def mirror_folder(uri: str) -> Path:
 
 
 def open_storage(storage: str) -> Storage:
-    """The storage at `storage` (a folder, or a bucket URI checked to exist and be writable);
-    one clear SettingsError when it cannot be used."""
+    """The storage at `storage` (a folder, or a bucket URI checked to exist and be writable
+    within `$SPANLIFT_STORAGE_TIMEOUT`, `bucket_probe`); one clear SettingsError when it cannot
+    be used."""
     check_storage(storage)
     if not is_uri(storage):
         return FolderStorage(Path(storage).expanduser().resolve())
     uri = storage.rstrip("/")
-    check_endpoint(uri)
-    try:
-        filesystem, base = pafs.FileSystem.from_uri(uri)
-    except (OSError, ValueError, pafs.ArrowException) as exc:
-        raise SettingsError(f"storage {uri}: {first_line(exc)}") from None
-    check_writable(uri, filesystem, base.rstrip("/"))
-    return BucketStorage(uri, filesystem, base.rstrip("/"), mirror_folder(uri))
-
-
-def check_endpoint(uri: str) -> None:
-    """A custom S3 endpoint ($AWS_ENDPOINT_URL, e.g. MinIO) that nothing answers is refused at
-    once instead of after the S3 client's retries."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if not endpoint or not uri.startswith("s3://"):
-        return
-    parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        socket.create_connection((parsed.hostname, port), timeout=3).close()
-    except OSError as exc:
-        raise SettingsError(
-            f"storage {uri}: the S3 endpoint {endpoint} ($AWS_ENDPOINT_URL) cannot be reached "
-            f"({exc.strerror or exc})"
-        ) from None
-
-
-PROBLEMS = (
-    ("NO_SUCH_BUCKET", "the bucket does not exist; create it first"),
-    (
-        "ACCESS_DENIED",
-        "access denied: check the credentials (AWS_ACCESS_KEY_ID/…, a profile or "
-        "the node's role; GOOGLE_APPLICATION_CREDENTIALS for gs://)",
-    ),
-    ("HTTP status 403", "access denied: check the credentials"),
-    ("NETWORK_CONNECTION", "the storage service cannot be reached"),
-    (
-        "credentials",
-        "no usable credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
-        "profile or the node's role (GOOGLE_APPLICATION_CREDENTIALS for gs://)",
-    ),
-)
-"""Substrings of the S3/GCS clients' errors and what they mean to a user."""
-
-
-def explain(exc: BaseException) -> str:
-    text = str(exc)
-    for marker, meaning in PROBLEMS:
-        if marker.lower() in text.lower():
-            return f"{meaning} ({first_line(exc)})"
-    return first_line(exc)
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def check_writable(uri: str, filesystem: pafs.FileSystem, base: str) -> None:
-    """The bucket exists and a probe object can be written and removed under `base`."""
-    bucket = base.split("/", 1)[0]
-    probe = f"{base}/.spanlift-probe-{socket.gethostname()}-{os.getpid()}"
-    try:
-        if filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:
-            raise SettingsError(
-                f"storage {uri}: the bucket {bucket!r} does not exist; create it first"
-            )
-        with filesystem.open_output_stream(probe) as handle:
-            handle.write(b"probe")
-        filesystem.delete_file(probe)
-    except OSError as exc:
-        raise SettingsError(f"storage {uri}: {explain(exc)}") from None
+    check_bucket(uri)
+    filesystem, base = bucket_filesystem(uri)
+    return BucketStorage(uri, filesystem, base, mirror_folder(uri))

@@ -5,6 +5,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from spanlift.errors import SpanliftError
+
 Status = Literal["pass", "FAIL", "skip"]
 
 
@@ -23,11 +25,14 @@ class Skipped(Exception):
 
 
 def checked(name: str, body: Callable[[], str | None]) -> Outcome:
-    """Run `body`: pass with the detail it returns, skip on `Skipped`, FAIL with the last line of
-    any other error (a check reports its failure and the others still run)."""
+    """Run `body`: pass with the detail it returns, skip on `Skipped`, FAIL with a user error's
+    message (`SpanliftError`: what to check, as the command line says it) or the last line of any
+    other error (a check reports its failure and the others still run)."""
     try:
         return Outcome("pass", name, body() or "")
     except Skipped as reason:
         return Outcome("skip", name, str(reason))
+    except SpanliftError as error:
+        return Outcome("FAIL", name, str(error))
     except Exception as error:
         return Outcome("FAIL", name, traceback.format_exception_only(error)[-1].strip())

@@ -19,7 +19,7 @@ from spanlift.platform.evaluation.metrics import METRICS, EvaluationMetric, opti
 from spanlift.platform.fitting.fit import FitSettings
 from spanlift.platform.fitting.losses import LOSSES
 from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
-from spanlift.platform.storage import check_storage
+from spanlift.platform.storage import Storage, check_storage, open_storage
 from spanlift.platform.strict_yaml import DuplicateKeyError, strict_load
 from spanlift.platform.sweep import relative_paths
 from spanlift.platform.sweep.relative_paths import DEFAULT_STORAGE
@@ -366,3 +366,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
     except yaml.YAMLError as exc:
         raise SweepConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_sweep(data, str(path), path.parent)
+
+
+def sweep_storage(config: SweepConfig, storage: str | None) -> Storage:
+    """`<storage>/<experiment>`: the command line's storage (a folder or a bucket URI), else the
+    sweep file's; a bucket is checked to exist and be writable before anything runs."""
+    return open_storage(storage or config.storage).child(config.experiment)

@@ -33,8 +33,8 @@ from spanlift.platform.ray_runtime import (
     ray_address,
     start_ray,
 )
-from spanlift.platform.storage import Storage, open_storage
-from spanlift.platform.sweep.config import SweepConfig, load_sweep
+from spanlift.platform.storage import Storage
+from spanlift.platform.sweep.config import SweepConfig, load_sweep, sweep_storage
 from spanlift.platform.sweep.distinct_search import DistinctSearch
 from spanlift.platform.sweep.evaluation import evaluator_setup
 from spanlift.platform.sweep.progress import (
@@ -162,12 +162,6 @@ def make_tuner(
     )
 
 
-def sweep_storage(config: SweepConfig, storage: str | None) -> Storage:
-    """`<storage>/<experiment>`: the command line's storage (a folder or a bucket URI), else the
-    sweep file's; a bucket is checked to exist and be writable before anything runs."""
-    return open_storage(storage or config.storage).child(config.experiment)
-
-
 def sync_sweep_state(store: Storage, config: SweepConfig, resume: bool, restart: bool) -> bool:
     """`check_restart` on the storage's Tune state and sweep file: with a bucket, this node's
     copy is refreshed from the bucket first, and what it decides is written back. Returns
@@ -203,10 +197,11 @@ def run_sweep(
     verbose: bool = False,
     stages: Stages | None = None,
     config: SweepConfig | None = None,
+    store: Storage | None = None,
 ) -> SweepSummary:
-    """Run (or continue) the sweep in `path` (`config`: that file as read already); returns its
-    summary, also written to summary.json and logged, with the validated sweep, to the sweep's
-    parent MLflow run.
+    """Run (or continue) the sweep in `path` (`config`: that file as read already, `store`: its
+    storage as opened already by `sweep_storage`); returns its summary, also written to
+    summary.json and logged, with the validated sweep, to the sweep's parent MLflow run.
 
     The console shows each stage as it starts (`stages`), then one progress view; `verbose`:
     Ray's and Tune's own output instead."""
@@ -218,7 +213,7 @@ def run_sweep(
     # is checked in the sweep file (`check_search_metric`) and in each trial's last report.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     config = config or load_sweep(path)
-    store = sweep_storage(config, storage)
+    store = store or sweep_storage(config, storage)
     root = store.local
     address = ray_address(address)
     if address:
