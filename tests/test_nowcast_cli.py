@@ -176,3 +176,29 @@ def test_a_nowcast_sweep_searches_on_skill_and_logs_the_scores(synth: Path) -> N
         assert "skill-scores.nc" in artifacts
     fitted = next(r for r in runs if r.data.params["solver"].startswith("dyweight"))
     assert fitted.data.params["fit.target"] == "observed"
+
+
+@pytest.mark.e2e
+def test_nowcast_eval_run_again_finds_its_runs_instead_of_recording_them_twice(
+    synth: Path,
+) -> None:
+    """The README's cold-then-warm case at the suite's smallest settings: the second run with the
+    same settings records nothing new, so the leaderboard has one run per row, chosen as the
+    solver's only configuration (no †), and the fitted row keeps its fit's cost."""
+    experiment = "nowcast-twice"
+    argv = [
+        "nowcast", "eval", "--solvers", "ddim,dyweight", "--teacher-nfe", "2", "--nfe", "2",
+        "--train-samples", "4", "--test-samples", "2", "--iterations", "1", "--batch-size", "2",
+        "--evaluators", "1", "--num-cpus", "1", "--out", "runs/twice", "--experiment", experiment,
+    ]  # fmt: skip
+    first, second = (spanlift(synth, *argv, timeout=300) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    client = MlflowClient("sqlite:///" + str(synth / "mlflow.db"))
+    found = client.get_experiment_by_name(experiment)
+    assert len(client.search_runs([found.experiment_id])) == 4
+    board = spanlift(synth, "leaderboard", "--experiment", experiment, "--metric", "csi16")
+    assert board.returncode == 0, board.stderr
+    assert "†" not in board.stdout
+    fitted = next(line for line in board.stdout.splitlines() if "dyweight (mse" in line)
+    assert " it · " in fitted  # its fit's iterations and seconds, not "-"
+    assert "4 of them recorded by an earlier nowcast eval" in second.stdout
