@@ -8,7 +8,7 @@ time is at or before T on the whole fit's clock (`fit_clock.py`: a two-stage Spa
 counted first, whether its run fitted the base or took it from the fit cache), else its starting
 state. A two-stage run whose base fit had not ended by T had no state of its own yet (its
 starting state is the fitted base it was still waiting for): its row is not ranked at T, and one
-line says from how many seconds on it can be. That state is loaded into
+line names its base's seconds, from which on it is ranked. A run's state of T is loaded into
 the run's solver as `--samples` loads it (the checkpoint's spec; the backbone, the teacher and the
 test seeds of its `configuration.json`), rolled out from the test seeds' noise and scored against
 the teacher's endpoints there:
@@ -21,8 +21,9 @@ are ranked again within each group on these values and compared with the row bel
 seeds (`comparison.py`); each carries, beside its own, its rank and value at convergence
 (`rank_converged`, `rmse_converged`) and T (`at_fit_seconds`). A row's fit cost is T-capped: the
 iterations its fit had run by T (interpolated between its timed validations; all of them past its
-end) and min(T, its whole fit's seconds, a base's included). A row with a run that stored no kept states (recorded before fits
-kept them) or no configuration cannot be scored: it is left out, and one line names its runs.
+end) and min(T, its whole fit's seconds, a base's included). A row with a run that stored no
+kept states (recorded before fits kept them) or no configuration cannot be scored: it is left
+out, and one line names its runs.
 """
 
 import math
