@@ -149,7 +149,7 @@ class SuiteResult:
     rows: list[str] = field(default_factory=list)
     reports: dict[str, SampleReport] = field(default_factory=dict)
     rmse: dict[str, float] = field(default_factory=dict)
-    fit_seconds: dict[str, float] = field(default_factory=dict)
+    fits: dict[str, dict[str, float]] = field(default_factory=dict)  # `Fitted.metrics()` by row
     files: list[Path] = field(default_factory=list)
     run_ids: dict[str, str] = field(default_factory=dict)
     found: list[str] = field(default_factory=list)  # rows found recorded, not recorded again
@@ -238,7 +238,7 @@ def fit_rows(
         fitted = fit_spec(row.spec, backbone, train, row.fit, request.out / "fitted")
         rows[label] = Scored(row.spec, fitted.path, row.fit)
         result.rmse[label] = endpoint_rmse(fitted.solver, backbone, test)
-        result.fit_seconds[label] = fitted.seconds
+        result.fits[label] = fitted.metrics()
     return result, rows
 
 
@@ -364,7 +364,7 @@ def record_runs(
         }
         metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}  # reference rows: no timing
         if label in result.rmse:
-            metrics |= {"rmse": result.rmse[label], "fit_seconds": result.fit_seconds[label]}
+            metrics |= {"rmse": result.rmse[label], **result.fits[label]}
         with tempfile.TemporaryDirectory() as folder:
             netcdf = Path(folder) / "skill-scores.nc"
             report.states["skill"].to_dataset().to_netcdf(netcdf, engine="h5netcdf")
