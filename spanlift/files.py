@@ -28,6 +28,8 @@ def atomic_write(path: Path) -> Iterator[Path]:
 
     Readers never see a half-written file, and a failed write leaves nothing behind. The
     temporary name keeps the suffix, so writers that add one (numpy) write where they are told.
+    The file gets the mode any file the user writes gets (0666 less the umask), not the
+    temporary file's private 0600.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,10 +37,19 @@ def atomic_write(path: Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def default_file_mode() -> int:
+    """0666 less the process's umask: the mode `open(path, "w")` gives a new file. The umask is
+    read by setting it and setting it back (the one way POSIX offers)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def check_writable(path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from spanlift.backbones import BACKBONES
 from spanlift.cli import main
 from spanlift.solvers import SOLVERS
-from tests.cli_run import command_environment
+from tests.cli_run import ROOT, command_environment
 
 
 def run(capsys, *argv):
@@ -33,6 +33,15 @@ def test_solvers_lists_every_solver_with_settings(capsys):
 def test_backbones_lists_every_backbone(capsys):
     code, out, _ = run(capsys, "backbones")
     assert code == 0 and all(name in out for name in BACKBONES.names())
+
+
+def test_backbones_name_the_download_command_the_docs_name(capsys):
+    """`hf download` (the current Hugging Face command) in the listing, the code and the docs;
+    the retired `huggingface-cli` nowhere."""
+    code, out, _ = run(capsys, "backbones")
+    assert code == 0 and "`hf download Efficient-Large-Model/Sana_600M_512px_diffusers" in out
+    files = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("spanlift/**/*.py")]
+    assert [str(f) for f in files if "huggingface-cli" in f.read_text()] == []
 
 
 def small(tmp_path, argv=()):

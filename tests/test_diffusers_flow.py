@@ -326,7 +326,7 @@ def test_loading_gives_latent_shapes_sigma_range_and_pure_conditioning(sana, flu
         assert backbone.prompts(SEEDS) == expected
     again = Sana(path=folders["sana"], prompts=folders["prompts"], resolution=SANA_RESOLUTION)
     assert torch.equal(again.conditioning(SEEDS), sana.conditioning(SEEDS))
-    assert "huggingface-cli download" in Sana.needs and "prompts=" in Flux.needs
+    assert "hf download" in Sana.needs and "prompts=" in Flux.needs
 
 
 def test_sana_denoiser_is_x0_of_the_guided_velocity_from_separate_calls(
@@ -563,7 +563,7 @@ def test_bad_inputs_are_one_clear_error(sana, folders, tmp_path, monkeypatch) ->
     with pytest.raises(CheckpointError, match=r"not found: .*nowhere.*Sana_600M_512px_diffusers"):
         Sana(path=tmp_path / "nowhere", prompts=prompts)
     no_vae = copy_without(folders["sana"], "vae", tmp_path / "no_vae")
-    with pytest.raises(CheckpointError, match=r"no_vae lacks its vae/ folder.*huggingface-cli"):
+    with pytest.raises(CheckpointError, match=r"no_vae lacks its vae/ folder.*hf download"):
         Sana(path=no_vae, prompts=prompts)
     no_t5 = copy_without(folders["flux"], "text_encoder_2", tmp_path / "no_t5")
     with pytest.raises(CheckpointError, match=r"lacks its text_encoder_2/ folder.*FLUX\.1-dev"):

@@ -22,7 +22,7 @@ from spanlift.platform.fitting.settings import FitResult
 from spanlift.platform.sampling.rollout import rollout, seed_noise
 from spanlift.platform.sampling.teacher import generate_teacher
 from spanlift.platform.tracking.at_cost import at_cost, check_at_cost
-from spanlift.platform.tracking.board_curves import curves_figure
+from spanlift.platform.tracking.board_curves import curve_of, curves_figure
 from spanlift.platform.tracking.leaderboard import leaderboard
 from spanlift.platform.tracking.run_files import checkpoint_of, resolved_of
 from spanlift.solvers import SolverSpec, build_solver, read_checkpoint
@@ -189,6 +189,50 @@ def test_the_command_heads_the_table_with_its_cost(fitted: MlflowClient, capsys)
         == 0
     )
     assert "At 0 s of fit" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def two_stage(tmp_path_factory: pytest.TempPathFactory) -> MlflowClient:
+    """DyWeight, then a SpanLift on a DyWeight base fitted the same way, recorded by `spanlift
+    fit` in one folder: the SpanLift takes its base from the fit cache (fitted by the first
+    command), so its own command spent no second on the base."""
+    folder = tmp_path_factory.mktemp("two-stage")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    fit = ["fit", *FIT, "--iterations", "20", "--lr", "0.01", "--tracking-uri", uri]
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        try:
+            assert main([*fit, "--solver", "dyweight"]) == 0
+            assert main([*fit, "--solver", "spanlift", "--set", "base=dyweight"]) == 0
+        finally:
+            torch.set_num_threads(threads)
+    return MlflowClient(uri)
+
+
+def test_a_two_stage_fit_is_charged_its_base_fit_everywhere(two_stage, tmp_path) -> None:
+    """Before its base's fit ended, a SpanLift had no state of its own: it is not ranked there
+    (one line says from when it can be), and from then on every cost of its row counts the base
+    (cached or not): the ranking at T, the fit column, the curve's first point."""
+    board = rows(two_stage)
+    row = board["spanlift"]
+    metadata = read_checkpoint(checkpoint_of(two_stage, row.run_id, tmp_path))["metadata"]
+    base, own = metadata["base_fit_seconds"], metadata["fit_seconds"]
+    assert base > 0 and base == pytest.approx(board["dyweight"].fit.seconds)
+    early, left_out = at_cost(two_stage, list(board.values()), base / 2, "rmse", "min")
+    assert [e.solver for e in early] == ["dyweight"]
+    (line,) = left_out
+    assert "spanlift" in line and row.run_id in line and f"{base:.3g} s" in line
+    start, _ = at_cost(two_stage, list(board.values()), base, "rmse", "min")
+    ranked = {e.solver: e for e in start}
+    assert ranked["spanlift"].fit.seconds == pytest.approx(base)  # its base's seconds charged
+    assert ranked["spanlift"].fit.iterations == 0  # at its starting state: its fitted base
+    assert ranked["spanlift"].value == pytest.approx(board["dyweight"].value, rel=1e-5)
+    assert row.fit.seconds == pytest.approx(base + own)  # the fit column: the whole fit
+    (end,) = [e for e in at_cost(two_stage, [row], 1e6, "rmse", "min")[0]]
+    assert end.fit.seconds == pytest.approx(base + own)
+    curve = curve_of(two_stage, row.run_id)
+    assert curve["seconds"].iloc[0] == pytest.approx(base)  # drawn from where it can be ranked
 
 
 @pytest.mark.parametrize(

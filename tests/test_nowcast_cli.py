@@ -13,6 +13,7 @@ from spanlift.backbones.nowcast_windows import NowcastWindows
 from spanlift.platform.nowcast_suite import window_event
 from spanlift.platform.sweep.config import load_sweep
 from spanlift.seeds import TEST_SEED_OFFSET
+from spanlift.solvers import read_checkpoint
 from tests.cli_run import ROOT, spanlift
 
 
@@ -101,10 +102,20 @@ def assert_persistence_scores(scores: xr.Dataset, data: Path) -> None:
         np.testing.assert_array_equal(scores.hits.sel(pool=1, threshold=threshold).values, hits)
 
 
+def checkpoint_path(client: MlflowClient, run_id: str, folder: Path) -> Path:
+    """The solver checkpoint a run logged, downloaded into `folder`."""
+    [name] = [a.path for a in client.list_artifacts(run_id) if a.path.endswith(".pt")]
+    return Path(client.download_artifacts(run_id, name, str(folder / run_id)))
+
+
 def checkpoint_bytes(client: MlflowClient, run_id: str, folder: Path) -> bytes:
     """The bytes of the solver checkpoint a run logged."""
-    [name] = [a.path for a in client.list_artifacts(run_id) if a.path.endswith(".pt")]
-    return Path(client.download_artifacts(run_id, name, str(folder / run_id))).read_bytes()
+    return checkpoint_path(client, run_id, folder).read_bytes()
+
+
+def checkpoint_metadata(client: MlflowClient, run_id: str, folder: Path) -> dict:
+    """The metadata of the solver checkpoint a run logged."""
+    return read_checkpoint(checkpoint_path(client, run_id, folder))["metadata"]
 
 
 @pytest.mark.e2e
@@ -176,3 +187,36 @@ def test_a_nowcast_sweep_searches_on_skill_and_logs_the_scores(synth: Path) -> N
         assert "skill-scores.nc" in artifacts
     fitted = next(r for r in runs if r.data.params["solver"].startswith("dyweight"))
     assert fitted.data.params["fit.target"] == "observed"
+
+
+@pytest.mark.e2e
+def test_nowcast_eval_run_again_finds_its_runs_instead_of_recording_them_twice(
+    synth: Path,
+) -> None:
+    """The README's cold-then-warm case at the suite's smallest settings: the second run with the
+    same settings records nothing new, so the leaderboard has one run per row, chosen as the
+    solver's only configuration (no †), and the fitted row keeps its fit's cost: the whole
+    two-stage fit, its base's seconds included (`fit.total_seconds`, as its checkpoint says)."""
+    experiment = "nowcast-twice"
+    argv = [
+        "nowcast", "eval", "--solvers", "ddim,spanlift", "--teacher-nfe", "2", "--nfe", "2",
+        "--train-samples", "4", "--test-samples", "2", "--iterations", "1", "--batch-size", "2",
+        "--evaluators", "1", "--num-cpus", "1", "--out", "runs/twice", "--experiment", experiment,
+    ]  # fmt: skip
+    first, second = (spanlift(synth, *argv, timeout=300) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    client = MlflowClient("sqlite:///" + str(synth / "mlflow.db"))
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id])
+    assert len(runs) == 4
+    board = spanlift(synth, "leaderboard", "--experiment", experiment, "--metric", "csi16")
+    assert board.returncode == 0, board.stderr
+    assert "†" not in board.stdout
+    fitted = next(line for line in board.stdout.splitlines() if "spanlift (mse" in line)
+    assert " it · " in fitted  # its fit's iterations and seconds, not "-"
+    (two_stage,) = [r for r in runs if r.data.params["solver"].startswith("spanlift")]
+    metadata = checkpoint_metadata(client, two_stage.info.run_id, synth)
+    whole = metadata["base_fit_seconds"] + metadata["fit_seconds"]
+    assert metadata["base_fit_seconds"] > 0
+    assert two_stage.data.metrics["fit.total_seconds"] == pytest.approx(whole)
+    assert "4 of them recorded by an earlier nowcast eval" in second.stdout

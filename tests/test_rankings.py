@@ -14,7 +14,7 @@ from scipy import stats
 
 from spanlift.cli import main
 from spanlift.platform.statistics import paired_ratio_interval, replicate_interval, welch_tied
-from spanlift.platform.tracking.board_format import latex, markdown
+from spanlift.platform.tracking.board_format import latex, markdown, write_csv
 from spanlift.platform.tracking.per_sample import write_errors
 
 from .mlflow_store import Store
@@ -187,6 +187,17 @@ def test_rows_fitted_from_the_same_seeds_are_paired_by_replicate(store: Store, t
         log_replicate(store, tmp_path, "dyweight", "d", seed, errors, 0.1)
     first, _ = store.board()
     assert first.fit_seeds == ("0", "1", "2") and first.ratio == (1.0, 1.0)
+
+
+def test_the_csv_lists_fit_seeds_as_it_lists_run_ids(store: Store, tmp_path) -> None:
+    """`fit_seeds` is space-separated, as `run_ids` is: a list a CSV reader splits, not a tuple's
+    Python spelling."""
+    for seed in (1, 0):
+        log_replicate(store, tmp_path, "dyweight", "d", seed, errors_of(0.2, seed), 0.2)
+    row = store.board()[0]
+    frame = pd.read_csv(write_csv([row], tmp_path / "board.csv"), dtype=str)
+    assert frame.loc[0, "fit_seeds"] == "0 1"
+    assert frame.loc[0, "run_ids"].split() == list(row.run_ids)
 
 
 def test_rows_within_noise_are_tied_and_others_are_not(store: Store, tmp_path) -> None:

@@ -32,7 +32,7 @@ keywords `pipeline(prompt)` uses by default, each prompt encoded once and then k
 NFE. One call of D is one evaluation, also when classifier-free guidance doubles the batch inside
 it (the paper's convention); its latency includes both halves, since they are one call.
 
-Loading reads the folder `pipeline.save_pretrained` writes (or `huggingface-cli download
+Loading reads the folder `pipeline.save_pretrained` writes (or `hf download
 <repository> --local-dir <folder>`), with local_files_only: nothing is downloaded. The identity
 hashes model_index.json and every file of the folder's components (a full SHA-256 read of the
 weights: tens of seconds for FLUX), the prompts file and the options.
@@ -107,7 +107,7 @@ def call_defaults(pipeline: Any, names: Sequence[str]) -> dict[str, Any]:
 
 def folder_digest(folder: Path, components: Sequence[str]) -> str:
     """16 hex digits of SHA-256 over model_index.json and every file of the component folders:
-    relative names and contents, sorted; hidden files (huggingface-cli's .cache) left out."""
+    relative names and contents, sorted; hidden files (the .cache `hf download` leaves) left out."""
     files = [folder / "model_index.json"]
     for component in components:
         files += sorted(
@@ -126,7 +126,7 @@ def folder_digest(folder: Path, components: Sequence[str]) -> str:
 def folder_needs(pipeline_name: str, repository: str) -> str:
     """What a flow backbone needs, as `spanlift backbones` prints it."""
     return (
-        f"path=<a {pipeline_name} folder, e.g. from `huggingface-cli download {repository} "
+        f"path=<a {pipeline_name} folder, e.g. from `hf download {repository} "
         f"--local-dir <folder>`> and prompts=<MJHQ-30K meta_data.json>"
     )
 
@@ -194,7 +194,7 @@ class FlowMatchingBackbone(Backbone):
     def download_hint(self) -> str:
         return (
             f"pass path=<a {self.pipeline_name} folder>, as `pipeline.save_pretrained(<folder>)` "
-            f"writes it or `huggingface-cli download {self.repository} --local-dir <folder>` "
+            f"writes it or `hf download {self.repository} --local-dir <folder>` "
             f"fetches it"
         )
 

@@ -51,8 +51,9 @@ def add_leaderboard_options(board: argparse.ArgumentParser) -> None:
         "--at-cost",
         type=float,
         metavar="SECONDS",
-        help="rank every learned solver at the state its fit had kept after SECONDS of fit, "
-        "scored again on its test seeds (rmse), beside its rank at convergence",
+        help="rank every learned solver at the state its fit had kept after SECONDS of fit (a "
+        "two-stage fit's base fit counted first), scored again on its test seeds (rmse), beside "
+        "its rank at convergence",
     )
     path_option(
         board,

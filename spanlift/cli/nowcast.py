@@ -150,7 +150,13 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(reason)
     print("wrote " + ", ".join(str(f) for f in result.files))
     if result.run_ids:
-        print(f"MLflow: {len(result.run_ids)} runs in experiment {experiment!r}; rank them:")
+        found = (
+            f" ({len(result.found)} of them recorded by an earlier nowcast eval with the same "
+            "settings: found, not recorded again)"
+            if result.found
+            else ""
+        )
+        print(f"MLflow: {len(result.run_ids)} runs in experiment {experiment!r}{found}; rank them:")
         print(f"  spanlift leaderboard --experiment {experiment} --metric csi16")
 
 

@@ -41,6 +41,7 @@ from spanlift.export.conversion import (
     to_pipeline,
 )
 from spanlift.export.replay import Query, dry_run, replay
+from spanlift.files import atomic_write
 from spanlift.solvers.base import Solver
 from spanlift.solvers.checkpoint import as_text_paths
 from spanlift.solvers.spec import SolverSpec, build_solver
@@ -295,7 +296,8 @@ class SpanLiftScheduler(SchedulerMixin, ConfigMixin):
         state = {
             k: v.detach().cpu().contiguous().clone() for k, v in self.solver.state_dict().items()
         }
-        save_file(state, str(Path(save_directory) / STATE_FILE), metadata={"format": "spanlift"})
+        with atomic_write(Path(save_directory) / STATE_FILE) as partial:
+            save_file(state, str(partial), metadata={"format": "spanlift"})
 
     @classmethod
     def from_pretrained(

@@ -54,15 +54,14 @@ from spanlift.platform.ray_runtime import start_ray
 from spanlift.platform.results.tracking import (
     command_tags,
     configuration_params,
+    finished_run,
     open_experiment,
-    record_result,
+    record_once,
 )
 from spanlift.platform.sampling.rollout import rollout, seed_noise
 from spanlift.platform.sampling.score import endpoint_rmse
 from spanlift.platform.sampling.teacher import TeacherSet, load_or_generate
-from spanlift.platform.tracking.runs import (
-    ConfigurationRuns,
-)
+from spanlift.platform.tracking.runs import REPLICATE_PARAM, ConfigurationRuns
 from spanlift.seeds import TEST_SEED_OFFSET
 from spanlift.solvers import Solver, SolverSpec
 from spanlift.solvers.loading import build, is_learnable, load_solver
@@ -150,9 +149,10 @@ class SuiteResult:
     rows: list[str] = field(default_factory=list)
     reports: dict[str, SampleReport] = field(default_factory=dict)
     rmse: dict[str, float] = field(default_factory=dict)
-    fit_seconds: dict[str, float] = field(default_factory=dict)
+    fits: dict[str, dict[str, float]] = field(default_factory=dict)  # `Fitted.metrics()` by row
     files: list[Path] = field(default_factory=list)
     run_ids: dict[str, str] = field(default_factory=dict)
+    found: list[str] = field(default_factory=list)  # rows found recorded, not recorded again
 
 
 def backbone_options(request: SuiteRequest) -> dict[str, Any]:
@@ -238,7 +238,7 @@ def fit_rows(
         fitted = fit_spec(row.spec, backbone, train, row.fit, request.out / "fitted")
         rows[label] = Scored(row.spec, fitted.path, row.fit)
         result.rmse[label] = endpoint_rmse(fitted.solver, backbone, test)
-        result.fit_seconds[label] = fitted.seconds
+        result.fits[label] = fitted.metrics()
     return result, rows
 
 
@@ -332,7 +332,11 @@ def record_runs(
     rows: dict[str, Scored],
     options: dict[str, Any],
 ) -> dict[str, str]:
-    """One MLflow run per row: params, the table's metrics, its per-lead NetCDF and the PNGs."""
+    """One MLflow run per row: params, the table's metrics, its per-lead NetCDF and the PNGs. A
+    row this version of the code already recorded with the same configuration in the experiment
+    (an earlier `nowcast eval` with the same settings) is found by its key, not recorded twice
+    (`results/tracking.py`, as `spanlift fit` and a sweep find theirs): its label joins
+    `result.found`."""
     ids = {}
     for label in result.rows:
         row, report = rows[label], result.reports[label]
@@ -346,19 +350,26 @@ def record_runs(
             fit=row.fit.identity() if row.fit else {},
             evaluation={"samples": report.samples, "metrics": list(METRICS)},
         )
+        earlier = finished_run(runs, configuration)
+        if earlier is not None:
+            ids[label] = earlier
+            result.found.append(label)
+            continue
         params = {
             **configuration_params(configuration),
             "solver": label,
+            REPLICATE_PARAM: configuration.replicate_key(),
             "teacher.train_samples": request.train_samples,
+            **report.params(),
         }
         metrics = {**report.metrics(), "nfe": float(row.spec.nfe)}  # reference rows: no timing
         if label in result.rmse:
-            metrics |= {"rmse": result.rmse[label], "fit_seconds": result.fit_seconds[label]}
+            metrics |= {"rmse": result.rmse[label], **result.fits[label]}
         with tempfile.TemporaryDirectory() as folder:
             netcdf = Path(folder) / "skill-scores.nc"
             report.states["skill"].to_dataset().to_netcdf(netcdf, engine="h5netcdf")
             files = [netcdf, *result.files[1:], *([row.checkpoint] if row.checkpoint else [])]
-            ids[label] = record_result(
+            ids[label] = record_once(
                 runs,
                 configuration,
                 f"{label} nfe={row.spec.nfe}",
@@ -366,7 +377,6 @@ def record_runs(
                 command_tags("nowcast eval"),
                 metrics,
                 files,
-                report.params(),
             )
     return ids
 

@@ -18,6 +18,7 @@ from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import Score, score
 from spanlift.platform.sampling.teacher import TeacherSet, teacher_for
+from spanlift.platform.tracking.fit_clock import FitClock
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
 from spanlift.solvers.loading import build
 
@@ -113,13 +114,14 @@ def fit_record(result: FitResult, settings: FitSettings, solver: Solver) -> dict
 
 
 def base_fit_seconds(spec: SolverSpec) -> float:
-    """The seconds the fitted base of a two-stage solver took (its checkpoint's record; 0 for a
-    solver on no fitted base, or a base checkpoint that records none), so the states of the
-    second stage are timed from the start of the whole fit."""
+    """The seconds the fitted base of a two-stage solver took, whole (its checkpoint's record,
+    its own base's fit included: `FitClock.total`; 0 for a solver on no fitted base, or a base
+    checkpoint that records none), so the states of the second stage are timed from the start of
+    the whole fit."""
     path = spec.settings.get("base_checkpoint")
     if not path or not Path(path).is_file():
         return 0.0
-    return float(read_checkpoint(Path(path))["metadata"].get("fit_seconds", 0.0))
+    return FitClock.of(read_checkpoint(Path(path))["metadata"]).total
 
 
 def compare(

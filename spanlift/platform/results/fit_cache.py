@@ -21,6 +21,7 @@ from typing import Any
 
 from spanlift.platform.configuration import Configuration, code_version
 from spanlift.platform.storage import Storage
+from spanlift.platform.tracking.fit_clock import TOTAL_SECONDS, FitClock
 from spanlift.platform.tracking.histories import (
     SECONDS_HISTORY,
     TRAIN_HISTORY,
@@ -77,9 +78,9 @@ class Fitted:
             metadata.get("iterations_run"),
             metadata.get("stopped_by"),
             dict(metadata.get("validation_seconds", {})),
-            float(metadata.get("base_fit_seconds", 0.0)),
+            FitClock.of(metadata).base,
             metadata.get("validation_resolves"),
-            float(metadata.get("fit_seconds", 0.0)) + float(metadata.get("base_fit_seconds", 0.0)),
+            FitClock.of(metadata).total,
         )
 
     @property
@@ -90,13 +91,17 @@ class Fitted:
     def metrics(self) -> dict[str, float]:
         """What the run records of the fit: `fit_seconds` is the fit compute of this call (0
         when the fit was taken from the cache); `fit.cached_seconds`, recorded then, what the
-        fit that made the checkpoint took (wherever it ran), so the row still shows a cost."""
+        fit that made the checkpoint took (wherever it ran), so the row still shows a cost;
+        `fit.total_seconds`, what the whole fit took, a two-stage fit's base included whether
+        this call fitted it or took it from the cache (`tracking/fit_clock.py`)."""
         kept = {} if self.best_iteration is None else {"fit_best_iteration": self.best_iteration}
         ran = {} if self.iterations_run is None else {"fit.iterations_run": self.iterations_run}
         if self.validation_resolves is not None:
             ran["fit.validation_resolves"] = self.validation_resolves
         if not self.seconds and self.checkpoint_seconds:
             ran["fit.cached_seconds"] = self.checkpoint_seconds
+        if self.checkpoint_seconds:
+            ran[TOTAL_SECONDS] = self.checkpoint_seconds
         return {
             "fit_seconds": self.seconds,
             "fit_resumed_from": float(self.resumed_from),
@@ -115,7 +120,8 @@ class Fitted:
         """The train loss per iteration, the validation loss where it was measured and, at the
         same steps, the seconds since the whole fit started (`fit.seconds`: a two-stage fit's
         base first)."""
-        seconds = {i: self.base_seconds + s for i, s in self.validation_seconds.items()}
+        clock = FitClock(self.base_seconds)
+        seconds = {i: clock.since_start(s) for i, s in self.validation_seconds.items()}
         curves = {
             TRAIN_HISTORY: self.losses,
             VALIDATION_HISTORY: self.validation,

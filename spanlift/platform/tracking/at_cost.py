@@ -4,8 +4,11 @@ with a longer fit, or a shorter one?
 A fit keeps the states it kept on its way in its checkpoint (`fitting/fit.py`, `MAX_KEPT`), each
 with the fit seconds at which it was kept. For every learned run of a ranked row (each replicate
 of the configuration chosen at convergence), the state of T seconds is the last kept state whose
-time is at or before T, a two-stage SpanLift's base fit seconds counted first; a run that had
-kept none by then (its base still fitting) takes its starting state. That state is loaded into
+time is at or before T on the whole fit's clock (`fit_clock.py`: a two-stage SpanLift's base fit
+counted first, whether its run fitted the base or took it from the fit cache), else its starting
+state. A two-stage run whose base fit had not ended by T had no state of its own yet (its
+starting state is the fitted base it was still waiting for): its row is not ranked at T, and one
+line names its base's seconds, from which on it is ranked. A run's state of T is loaded into
 the run's solver as `--samples` loads it (the checkpoint's spec; the backbone, the teacher and the
 test seeds of its `configuration.json`), rolled out from the test seeds' noise and scored against
 the teacher's endpoints there:
@@ -18,8 +21,9 @@ are ranked again within each group on these values and compared with the row bel
 seeds (`comparison.py`); each carries, beside its own, its rank and value at convergence
 (`rank_converged`, `rmse_converged`) and T (`at_fit_seconds`). A row's fit cost is T-capped: the
 iterations its fit had run by T (interpolated between its timed validations; all of them past its
-end) and min(T, its fit seconds). A row with a run that stored no kept states (recorded before fits
-kept them) or no configuration cannot be scored: it is left out, and one line names its runs.
+end) and min(T, its whole fit's seconds, a base's included). A row with a run that stored no
+kept states (recorded before fits kept them) or no configuration cannot be scored: it is left
+out, and one line names its runs.
 """
 
 import math
@@ -41,6 +45,7 @@ from spanlift.platform.sampling.teacher import TeacherSet, generate_teacher
 from spanlift.platform.statistics import replicate_interval
 from spanlift.platform.tracking.comparison import ErrorCache, compare_neighbours
 from spanlift.platform.tracking.entry import Entry
+from spanlift.platform.tracking.fit_clock import FitClock
 from spanlift.platform.tracking.fit_cost import FitCost
 from spanlift.platform.tracking.run_files import checkpoint_of, resolved_of
 from spanlift.solvers import SolverSpec, read_checkpoint
@@ -71,21 +76,29 @@ class StateAt:
     seconds: float  # min(T, the fit's seconds)
 
 
+@dataclass(frozen=True)
+class BaseFitting:
+    """A two-stage run at T: its base fit, which took `base_seconds`, had not ended by then."""
+
+    run_id: str
+    base_seconds: float
+
+
 def state_at(metadata: dict[str, Any], seconds: float) -> StateAt | None:
-    """The last state the fit kept at or before `seconds` of fit (its base's seconds first), else
-    its starting state; None for a checkpoint that kept no states."""
+    """The last state the fit kept at or before `seconds` on the whole fit's clock (its base's
+    seconds first), else its starting state; None for a checkpoint that kept no states. The
+    caller checks that the fit's own stage had started by then (`FitClock.started_by`)."""
     kept = metadata.get("kept_states")
     if not kept:
         return None
-    base = float(metadata.get("base_fit_seconds", 0.0))
-    reached = [k for k in kept if base + k["seconds"] <= seconds] or kept[:1]
-    total = base + float(metadata.get("fit_seconds", 0.0))
+    clock = FitClock.of(metadata)
+    reached = [k for k in kept if clock.since_start(k["seconds"]) <= seconds] or kept[:1]
     ran = float(metadata.get("iterations_run") or len(metadata.get("losses", [])))
-    timed = {0: 0.0, **metadata.get("validation_seconds", {}), int(ran): total - base}
+    timed = {0: 0.0, **metadata.get("validation_seconds", {}), int(ran): clock.own}
     steps = sorted(timed)
-    by_then = np.interp(seconds - base, [timed[i] for i in steps], steps, left=0.0)
+    by_then = np.interp(seconds - clock.base, [timed[i] for i in steps], steps, left=0.0)
     return StateAt(
-        reached[-1]["iteration"], reached[-1]["state"], float(by_then), min(seconds, total)
+        reached[-1]["iteration"], reached[-1]["state"], float(by_then), min(seconds, clock.total)
     )
 
 
@@ -121,16 +134,23 @@ class RunAt:
         return float(np.sqrt(np.mean(np.square(self.errors.to_numpy()))))
 
 
-def run_at(client: MlflowClient, run_id: str, seconds: float, scorer: Scorer) -> RunAt | None:
-    """The run's state of `seconds` scored on its test seeds (module docstring); None when the
-    run stored no configuration, no checkpoint or no kept states."""
+def run_at(
+    client: MlflowClient, run_id: str, seconds: float, scorer: Scorer
+) -> RunAt | BaseFitting | None:
+    """The run's state of `seconds` scored on its test seeds (module docstring); BaseFitting
+    when its base fit had not ended by then; None when the run stored no configuration, no
+    checkpoint or no kept states."""
     if RESOLVED_FILE not in {a.path for a in client.list_artifacts(run_id)}:
         return None
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = checkpoint_of(client, run_id, Path(folder))
         if checkpoint is None:
             return None
-        at = state_at(read_checkpoint(checkpoint)["metadata"], seconds)
+        metadata = read_checkpoint(checkpoint)["metadata"]
+        clock = FitClock.of(metadata)
+        if not clock.started_by(seconds):
+            return BaseFitting(run_id, clock.base)
+        at = state_at(metadata, seconds)
         if at is None:
             return None
         resolved = resolved_of(client, run_id, Path(folder))
@@ -172,13 +192,9 @@ def at_cost(
             rows.append(replace(e, columns=columns))
             continue
         scored = [run_at(client, run_id, seconds, scorer) for run_id in e.run_ids]
-        if any(s is None for s in scored):
-            missing = [r for r, s in zip(e.run_ids, scored, strict=True) if s is None]
-            left_out.append(
-                f"not ranked at {seconds:g} s: {e.solver} (NFE {e.nfe}), run "
-                f"{', '.join(missing)} stored no kept states (recorded before fits kept them, "
-                "or without its configuration or checkpoint); fit it again to rank it here"
-            )
+        unranked = why_not_ranked(e, seconds, scored)
+        if unranked:
+            left_out.append(unranked)
             continue
         for run in scored:
             errors.read[str(run.errors.name)] = run.errors
@@ -199,6 +215,27 @@ def at_cost(
             )
         )
     return compare_neighbours(reranked(rows, mode), client, metric, mode, errors), left_out
+
+
+def why_not_ranked(
+    e: Entry, seconds: float, scored: list[RunAt | BaseFitting | None]
+) -> str | None:
+    """The line naming a row that cannot be ranked at `seconds` and why; None when it can."""
+    row = f"not ranked at {seconds:g} s: {e.solver} (NFE {e.nfe})"
+    missing = [r for r, s in zip(e.run_ids, scored, strict=True) if s is None]
+    if missing:
+        return (
+            f"{row}, run {', '.join(missing)} stored no kept states (recorded before fits kept "
+            "them, or without its configuration or checkpoint); fit it again to rank it here"
+        )
+    waiting = [s for s in scored if isinstance(s, BaseFitting)]
+    if waiting:
+        took = ", ".join(f"{w.base_seconds:.3g} s (run {w.run_id})" for w in waiting)
+        return (
+            f"{row}: its base's fit took {took}; until that fit ended it had no state of its "
+            "own, so it is ranked only from then on"
+        )
+    return None
 
 
 def reranked(rows: list[Entry], mode: str) -> list[Entry]:

@@ -399,7 +399,8 @@ def latex(
 
 
 def write_csv(entries: list[Entry], path: Path | TextIO) -> Path | TextIO:
-    """Every field of every row (intervals, comparison, replicates' run ids) as CSV."""
+    """Every field of every row (intervals, comparison, replicates' run ids) as CSV; a list
+    (`run_ids`, `fit_seeds`, `overlap`) is one cell, its items separated by spaces."""
     rows = []
     for e in entries:
         row = asdict(e)
@@ -408,6 +409,7 @@ def write_csv(entries: list[Entry], path: Path | TextIO) -> Path | TextIO:
         row.pop("fit")
         columns = row.pop("columns")
         row["run_ids"] = " ".join(e.run_ids)
+        row["fit_seeds"] = " ".join(e.fit_seeds)
         row["overlap"] = " ".join(e.overlap)
         row["ratio_low"], row["ratio_high"] = e.ratio or (None, None)
         row.pop("ratio")

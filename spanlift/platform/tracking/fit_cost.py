@@ -4,11 +4,13 @@ Read from what each run records, so runs from before any of it show what they ha
 
 - **iterations**: the metric `fit.iterations_run`; a run recorded before it (before the stopping
   rule, when every fit ran its whole cap) the param `fit.iterations`.
-- **seconds**: the metric `fit_seconds`, the fit's wall time, a two-stage SpanLift's base fit
-  included when it was fitted in the same trial. A fit taken from the fit cache records 0 seconds
-  of its own and, since `fit.cached_seconds`, the seconds of the fit that made its checkpoint
-  (base included; on whichever machine made it): those are shown. A cached fit's run from before
-  that record shows no time.
+- **seconds**: the metric `fit.total_seconds`, the whole fit's wall time, a two-stage SpanLift's
+  base fit included whether its trial fitted the base or took it from the fit cache
+  (`fit_clock.py`; on whichever machine made each checkpoint). A run from before that record shows
+  `fit_seconds`, the fit's wall time in its own trial (its base's only when fitted there), or for
+  a fit taken from the fit cache, which records 0 seconds of its own, `fit.cached_seconds`, the
+  seconds of the fit that made its checkpoint. A cached fit's run from before either record
+  shows no time.
 - **device-hours**: seconds × the devices the fit held / 3 600. A sweep's fit holds `fit.workers`
   Ray Train workers (param), each one GPU share when it used GPUs (`fit.use_gpu`, else
   `env.device`), its CPUs otherwise: GPU-hours or CPU-hours. A run without `fit.workers` fitted in
@@ -29,6 +31,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from spanlift.platform.tracking.fit_clock import TOTAL_SECONDS
 
 STILL_IMPROVING = "↗"
 NOTE = (
@@ -69,7 +73,11 @@ def number(text: object) -> float | None:
 
 def run_cost(params: dict[str, str], metrics: dict[str, float]) -> RunCost:
     """What a run's params and metrics say of its fit (module docstring)."""
-    seconds = number(metrics.get("fit_seconds")) or number(metrics.get("fit.cached_seconds"))
+    seconds = (
+        number(metrics.get(TOTAL_SECONDS))
+        or number(metrics.get("fit_seconds"))
+        or number(metrics.get("fit.cached_seconds"))
+    )
     ran = number(metrics.get("fit.iterations_run"))
     learned = ran is not None or bool(seconds) or "fit_best_iteration" in metrics
     iterations = ran if ran is not None else number(params.get("fit.iterations"))
