@@ -90,3 +90,4 @@ def test_a_line_needing_what_ci_lacks_must_fail_fast_in_one_line():
     traceback = "Traceback (most recent call last):\n  File x\nRuntimeError: no driver\n"
     assert "a traceback" in missing_problem(Ran(1, 3.0, "", traceback))
     assert "within" in missing_problem(Ran(None, 125.0, "", ""))
+    assert "no error line" in missing_problem(Ran(1, 3.0, "done\n", ""))
