@@ -82,12 +82,14 @@ def test_named_paths_are_the_words_that_name_files():
     assert named_paths("spanlift analyze ratio --checkpoint runs/*.pt") == []
 
 
-def test_a_line_needing_what_ci_lacks_must_fail_fast_in_one_line():
-    one_line = Ran(2, 3.0, "", "· loading\nspanlift: error: no CUDA device\n")
-    assert missing_problem(one_line) == ""
-    assert missing_problem(Ran(1, 3.0, "FAIL  Ray  no cluster at auto\n", "")) == ""
-    assert "exit status 0" in missing_problem(Ran(0, 3.0, "", ""))
+def test_a_line_needing_what_ci_lacks_must_fail_fast_in_one_line_naming_it():
+    one_line = Ran(2, 3.0, "", "· loading\nspanlift: error: --device cuda: no CUDA device\n")
+    assert missing_problem(one_line, "gpu") == ""
+    assert missing_problem(Ran(1, 3.0, "FAIL  Ray  no Ray cluster at auto\n", ""), "cluster") == ""
+    assert "exit status 0" in missing_problem(Ran(0, 3.0, "", ""), "gpu")
     traceback = "Traceback (most recent call last):\n  File x\nRuntimeError: no driver\n"
-    assert "a traceback" in missing_problem(Ran(1, 3.0, "", traceback))
-    assert "within" in missing_problem(Ran(None, 125.0, "", ""))
-    assert "no error line" in missing_problem(Ran(1, 3.0, "done\n", ""))
+    assert "a traceback" in missing_problem(Ran(1, 3.0, "", traceback), "gpu")
+    assert "within" in missing_problem(Ran(None, 125.0, "", ""), "weights")
+    assert "no error line" in missing_problem(Ran(1, 3.0, "done\n", ""), "weights")
+    other = Ran(2, 3.0, "", "spanlift: error: this sweep already ran at runs/sweeps/demo\n")
+    assert "does not name the missing cluster" in missing_problem(other, "cluster")

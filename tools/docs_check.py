@@ -168,19 +168,30 @@ def cpu_problems(line: DocLine, ran: Ran, work: Path, factor: float) -> list[str
     return [p for p in problems if p]
 
 
-def missing_problem(ran: Ran) -> str:
-    """What a line that needs what CI lacks got wrong, or '': it must fail fast in one line
-    (`spanlift: error: …`, a script's last line, or the doctor's FAIL lines), with no
-    traceback."""
+MISSING_WORDS = {
+    "gpu": r"CUDA|GPU",
+    "weights": r"not found|no such|not a folder|no MLflow store|no run |pass \w+=",
+    "cluster": r"Ray|cluster|reach|server",
+}
+"""What an error line of a line of each kind says, naming what is missing."""
+
+
+def missing_problem(ran: Ran, kind: str) -> str:
+    """What a line that needs what CI lacks (`kind`) got wrong, or '': it must fail fast in one
+    line (`spanlift: error: …`, a script's last line, or the doctor's FAIL lines) that names
+    what is missing (MISSING_WORDS), with no traceback."""
     if ran.status is None or ran.seconds > FAST_FAIL:
         return f"did not fail within {FAST_FAIL:.0f} s"
     if ran.status == 0:
         return "exit status 0: it ran, so its tag names nothing missing"
     if "Traceback (most recent call last)" in ran.stderr + ran.stdout:
         return f"a traceback, not one line: {last_line(ran)}"
-    failed = [line for line in ran.stdout.splitlines() if line.startswith("FAIL ")]
-    if not ran.stderr.strip() and not failed:
+    said = [line for line in ran.stdout.splitlines() if line.startswith("FAIL ")]
+    said += ran.stderr.strip().splitlines()[-1:]
+    if not said:
         return f"no error line: {last_line(ran)}"
+    if not any(re.search(MISSING_WORDS[kind], line) for line in said):
+        return f"its error does not name the missing {kind}: {said[-1]}"
     return ""
 
 
@@ -229,7 +240,7 @@ def check_line(line: DocLine, work: Path, run_id: str | None, factor: float) -> 
         ran = run(text, work, max(limit, 60.0), line.python)
         return "; ".join(cpu_problems(line, ran, work, factor)), ran
     ran = run(text, work, FAST_FAIL + 5, line.python)
-    return missing_problem(ran), ran
+    return missing_problem(ran, line.kind), ran
 
 
 def check(
