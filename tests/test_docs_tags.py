@@ -26,7 +26,8 @@ def test_every_command_line_of_the_docs_carries_a_tag():
 
 def test_a_line_with_no_tag_is_an_error_naming_it(tmp_path):
     lines, errors = write_doc(tmp_path, "spanlift solvers   # every solver\nmake demo  # [cpu]")
-    assert errors == ["README.md:4: no tag such as `# [cpu · 5 s]` at the end of: spanlift solvers"]
+    no_tag = "no tag such as `# [cpu · 5 s]` at the end of"
+    assert errors == [f"README.md:4: {no_tag}: spanlift solvers"]
     assert [(line.where, line.command, line.kind) for line in lines] == [
         ("README.md:5", "make demo", "cpu")
     ]

@@ -171,7 +171,8 @@ def cpu_problems(line: DocLine, ran: Ran, work: Path, factor: float) -> list[str
 
 MISSING_WORDS = {
     "gpu": r"CUDA|GPU",
-    "weights": r"not found|no such|not a folder|no MLflow store|no run |neither a checkpoint|pass \w+=",
+    "weights": r"not found|no such|not a folder|no MLflow store|no run |neither a checkpoint"
+    r"|pass \w+=",
     "cluster": r"Ray|cluster|reach|server",
 }
 """What an error line of a line of each kind says, naming what is missing."""
