@@ -2,10 +2,15 @@
 verdicts: a `cpu` line must succeed within 1.5 × its stated time and leave what it names; a line
 that needs what CI lacks must fail fast in one line."""
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
+from spanlift.cli import parser
+from spanlift.cli.nowcast import result_experiment
 from tests.cli_run import ROOT
 from tools.docs_check import Ran, cpu_problems, missing_problem, named_paths, slow
 from tools.docs_lines import DocLine, doc_lines, seconds
@@ -94,3 +99,32 @@ def test_a_line_needing_what_ci_lacks_must_fail_fast_in_one_line_naming_it():
     assert "no error line" in missing_problem(Ran(1, 3.0, "done\n", ""), "weights")
     other = Ran(2, 3.0, "", "spanlift: error: this sweep already ran at runs/sweeps/demo\n")
     assert "does not name the missing cluster" in missing_problem(other, "cluster")
+
+
+def recorded_experiment(command: str) -> str | None:
+    """The experiment a documented `nowcast eval` or `sweep` line records its runs in."""
+    words = shlex.split(command)[1:]
+    if words[:2] == ["nowcast", "eval"]:
+        return result_experiment(parser().parse_args(words))
+    if words[:1] == ["sweep"]:
+        return yaml.safe_load((ROOT / words[1]).read_text())["experiment"]
+    return None
+
+
+def test_a_nowcast_leaderboard_line_names_an_experiment_a_line_above_it_records():
+    lines, _ = doc_lines(ROOT)
+    recorded: dict[str, set[str]] = {}
+    named = 0
+    for line in lines:
+        document = line.where.split(":")[0]
+        if line.python or not line.command.startswith("spanlift "):
+            continue
+        found = re.findall(r"--experiment (nowcast\S*)", line.command)
+        named_experiment = found[0] if found else None
+        if line.command.startswith("spanlift leaderboard") and named_experiment:
+            named += 1
+            assert named_experiment in recorded.get(document, set()), line.where
+        made = recorded_experiment(line.command)
+        if made:
+            recorded.setdefault(document, set()).add(made)
+    assert named >= 2
