@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-full test test-fast lint format install clean
+.PHONY: demo demo-full test test-fast docs-check lint format install clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ test: lint
 # The unit tests alone, no Ray and no `spanlift` processes: the edit loop.
 test-fast: lint
 	$(BIN)/python -m pytest -q -n 2 -m "not e2e"
+
+# Every `cpu` command line of README.md and docs/ as written, in order, in a temporary folder on a
+# fresh store: its exit status, what it names, its time against the time the docs state (tags:
+# tools/docs_lines.py). `.ci/run` runs it after `make test`. One file or line:
+# `$(BIN)/python -m tools.docs_check --only docs/nowcasting.md`; the tags: `--list`.
+docs-check: $(STAMP)
+	$(BIN)/python -m tools.docs_check
 
 format: $(STAMP)
 	$(BIN)/ruff format .

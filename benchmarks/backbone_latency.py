@@ -89,6 +89,7 @@ from spanlift.backbones.flow_matching import FlowMatchingBackbone
 from spanlift.backbones.flux import Flux
 from spanlift.backbones.sana import Sana
 from spanlift.backbones.unet import UNet, UNetConfig, imagenet64_size
+from spanlift.cli.devices import device_option
 from spanlift.platform.evaluation.metrics.overhead import parameter_count
 from spanlift.solvers import NFECounter, SolverSpec, build_solver
 
@@ -788,7 +789,7 @@ def quiet() -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", default="edm,sana,flux", help="comma-separated: edm, sana, flux")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    p.add_argument("--device", default="cpu", type=device_option, help="cpu or cuda (cuda:N)")
     p.add_argument("--batch", type=int, help="images per call for every backbone")
     p.add_argument("--repeats", type=int, default=3, help="timed calls per measurement (median)")
     p.add_argument(

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from spanlift.backbones import load_backbone
+from spanlift.cli.devices import device_option
 from spanlift.platform.configuration import Configuration, teacher_identity
 from spanlift.platform.results.fit_cache import FitCache
 from spanlift.platform.sampling.teacher import read_teacher, supervision_sigmas, teacher_folder
@@ -96,7 +97,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep")
     parser.add_argument("--storage", required=True, help="the sweep's storage folder (absolute)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", type=device_option
+    )
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--nfe", type=int, nargs="*", help="only these NFE (default: all)")
     parser.add_argument("--seconds", type=float, default=float("inf"), help="start no fit after")

@@ -85,6 +85,7 @@ from spanlift.backbones import Backbone
 from spanlift.backbones.base import conditioned
 from spanlift.backbones.edm_precond import EDMPrecond
 from spanlift.backbones.unet import UNet, imagenet64_size
+from spanlift.cli.devices import device_option
 from spanlift.platform.fitting.fit import FitSettings, endpoint_loss, objective
 from spanlift.platform.fitting.memory import MemoryPlan, blocks_recomputed
 from spanlift.platform.fitting.memory_plan import (
@@ -786,7 +787,7 @@ def print_flux_plan(flux: FluxFigures) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", default="cifar,imagenet,sana,flux", help="comma-separated")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    p.add_argument("--device", default="cpu", type=device_option, help="cpu or cuda (cuda:N)")
     p.add_argument("--repeats", type=int, default=3, help="timed updates per setting (at most)")
     p.add_argument("--wide", action="store_true", help="more batches and settings (docstring)")
     p.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's own)")

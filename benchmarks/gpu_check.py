@@ -23,6 +23,7 @@ import torch
 from spanlift.backbones import Backbone
 from spanlift.backbones.edm_precond import EDMPrecond
 from spanlift.backbones.unet import UNet
+from spanlift.cli.devices import device_option
 from spanlift.platform.doctor.device import (
     on_device,
     random_inception,
@@ -112,7 +113,7 @@ def fid_end_to_end(device: torch.device, samples: int, batch: int = 512) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--device", default="cuda", type=device_option)
     p.add_argument("--skip-checks", action="store_true")
     p.add_argument("--skip-edm", action="store_true")
     p.add_argument("--fid-samples", type=int, default=50_000)

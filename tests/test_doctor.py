@@ -6,7 +6,7 @@ import torch
 from spanlift.backbones import load_backbone
 from spanlift.errors import SettingsError
 from spanlift.platform.doctor import device as doctor_device
-from spanlift.platform.doctor.environment import storage_check
+from spanlift.platform.doctor.environment import storage_check, sweep_check
 from spanlift.platform.doctor.report import Skipped, checked
 from spanlift.solvers import SOLVERS
 from spanlift.solvers.peers import PeerSolver
@@ -29,6 +29,21 @@ def test_a_check_passes_skips_or_fails_with_its_reason():
     failed = checked("c", lambda: 1 / 0)
     assert failed.status == "FAIL"
     assert "ZeroDivisionError" in failed.detail
+
+
+def test_a_failed_check_prints_a_user_error_as_its_plain_message():
+    outcome = checked("a", lambda: (_ for _ in ()).throw(SettingsError("x: y; choose z")))
+    assert outcome.line() == "FAIL  a  x: y; choose z"
+
+
+def test_a_missing_fid_reference_is_a_fail_line_with_no_class_path():
+    sweep = ROOT / "sweeps" / "edm_cifar10.yaml"
+    if (ROOT / "models" / "fid-refs" / "cifar10-32x32.npz").exists():
+        pytest.skip("the reference is present in this checkout")
+    outcome = checked("sweep file", lambda: sweep_check(sweep))
+    assert outcome.status == "FAIL"
+    assert outcome.detail.startswith(f"{sweep}: evaluation.reference: FID reference ")
+    assert "spanlift." not in outcome.detail and "Error" not in outcome.detail
 
 
 def test_every_registered_solver_is_checked_and_wrappers_over_every_base_that_takes_them():

@@ -506,4 +506,13 @@ def test_synthetic_sevir_is_deterministic_per_seed(tmp_path: Path) -> None:
     assert not rows.equals(catalog_rows(other))
     assert not np.array_equal(raw_event(first, rows.iloc[0]), raw_event(other, rows.iloc[0]))
     with pytest.raises(DataError, match="exists and is not empty"):
-        write("a", 0)
+        write("a", 1)  # the same settings keep the folder (the test below); others are refused
+
+
+def test_synthetic_sevir_written_again_with_the_same_settings_is_kept(tmp_path: Path) -> None:
+    root = write_synthetic_sevir(tmp_path / "synth", events=2, progress=False)
+    catalog = (root / "CATALOG.csv").stat().st_mtime_ns
+    assert write_synthetic_sevir(tmp_path / "synth", events=2, progress=False) == root
+    assert (root / "CATALOG.csv").stat().st_mtime_ns == catalog  # kept, not written again
+    with pytest.raises(DataError, match="exists and is not empty"):
+        write_synthetic_sevir(tmp_path / "synth", events=3, progress=False)

@@ -5,6 +5,7 @@ import argparse
 import sys
 from typing import Any
 
+from spanlift.cli.devices import missing_device
 from spanlift.cli.options import add_tracking_uri, command
 from spanlift.cli.paths import FOLDER, INPUT, path_option
 
@@ -61,10 +62,10 @@ def chosen_device(choice: str) -> tuple[Any, str]:
                 None,
                 "no CUDA device (torch.cuda.is_available() is False); --device cpu runs them here",
             )
-    if choice == "cuda" and not torch.cuda.is_available():
+    if missing_device(choice):
         from spanlift.errors import SettingsError
 
-        raise SettingsError("--device cuda: no CUDA device is visible to torch on this machine")
+        raise SettingsError(missing_device(choice))
     return torch.device(choice), ""
 
 

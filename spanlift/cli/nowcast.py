@@ -121,11 +121,13 @@ def eval_options(ev: argparse.ArgumentParser) -> None:
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
-    from spanlift.nowcasting.synthetic import write_synthetic_sevir
+    from spanlift.nowcasting.synthetic import write_synthetic_sevir, written_with
 
     positive("--events", args.events)
+    kept = written_with(Path(args.out)) is not None
     root = write_synthetic_sevir(args.out, events=args.events, seed=args.seed)
-    print(f"wrote {args.events} synthetic storm events in SEVIR's layout to {root}")
+    done = "kept the" if kept else "wrote"
+    print(f"{done} {args.events} synthetic storm events in SEVIR's layout in {root}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:

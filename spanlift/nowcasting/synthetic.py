@@ -18,6 +18,7 @@ Everything of event i comes from numpy's generator seeded with (seed, i): the sa
 byte-identical files.
 """
 
+import json
 import math
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from spanlift.nowcasting.sevir import (
 
 PROJECTION = "+proj=laea +lat_0=38 +lon_0=-98 +units=m +a=6370997.0 +ellps=sphere"
 PIXEL_METERS = 1000
+SETTINGS_NAME = "synthetic.json"
 KM_PER_DEGREE_LATITUDE = 111.2
 
 
@@ -51,7 +53,8 @@ def write_synthetic_sevir(
 ) -> Path:
     """Write `events` synthetic VIL events as a SEVIR root at `out`, a new or empty folder
     (CATALOG.csv and data/vil/<year>/SEVIR_VIL_STORMEVENTS_<year>_<MMDD>_<MMDD>.h5, one file per
-    half-month).
+    half-month, and the settings that made them, SETTINGS_NAME). A folder these settings already
+    wrote is kept as it is: the events are a function of them.
 
     Event i happens at start + (i + ½)/events · (end − start), rounded down to 5 minutes: evenly
     spread, so with the defaults every date split (train ≤ 2019-01-01 < val ≤ 2019-06-01 < test)
@@ -60,6 +63,9 @@ def write_synthetic_sevir(
     if seed < 0:
         raise DataError(f"seed must be ≥ 0, got {seed}")
     root = Path(out)
+    settings = {"events": events, "seed": seed, "start": start, "end": end}
+    if written_with(root) == settings:
+        return root
     if root.exists() and any(root.iterdir()):
         raise DataError(f"{root}: exists and is not empty; write synthetic SEVIR to a new folder")
     files = pd.Series(range(events)).groupby([_file_name(time) for time in times], sort=False)
@@ -88,7 +94,16 @@ def write_synthetic_sevir(
                     rows.append(_catalog_row(rng, index, times[index], place, frames))
                     bar.update()
     pd.DataFrame(rows, columns=list(CATALOG_COLUMNS)).to_csv(root / CATALOG_NAME, index=False)
+    (root / SETTINGS_NAME).write_text(json.dumps(settings))
     return root
+
+
+def written_with(root: Path) -> dict | None:
+    """The settings write_synthetic_sevir wrote `root` with, or None for any other folder."""
+    try:
+        return json.loads((root / SETTINGS_NAME).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def event_times(start: str, end: str, events: int) -> list[pd.Timestamp]:

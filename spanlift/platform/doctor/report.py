@@ -1,6 +1,5 @@
 """One check's outcome, and running a check so that its failure is reported, not raised."""
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -25,14 +24,19 @@ class Skipped(Exception):
 
 
 def checked(name: str, body: Callable[[], str | None]) -> Outcome:
-    """Run `body`: pass with the detail it returns, skip on `Skipped`, FAIL with a user error's
-    message (`SpanliftError`: what to check, as the command line says it) or the last line of any
-    other error (a check reports its failure and the others still run)."""
+    """Run `body`: pass with the detail it returns, skip on `Skipped`, FAIL with what any other
+    error says (a check reports its failure and the others still run)."""
     try:
         return Outcome("pass", name, body() or "")
     except Skipped as reason:
         return Outcome("skip", name, str(reason))
-    except SpanliftError as error:
-        return Outcome("FAIL", name, str(error))
     except Exception as error:
-        return Outcome("FAIL", name, traceback.format_exception_only(error)[-1].strip())
+        return Outcome("FAIL", name, failure(error))
+
+
+def failure(error: Exception) -> str:
+    """A user error's own message, as every command prints it (what failed, what to do); any
+    other error's message after its class name, without the module path."""
+    if isinstance(error, SpanliftError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
