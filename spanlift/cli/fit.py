@@ -148,10 +148,17 @@ def roles(args: argparse.Namespace) -> dict[str, range]:
 
 
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> dict[str, Any]:
-    """The teacher's endpoints on the training, validation and test seeds, by role."""
+    """The teacher's endpoints on the training and test seeds, by role, and the validation
+    seeds as blocks (their first generated now, the others when a fit's comparison needs them,
+    `sampling/validation_blocks.py`)."""
     from spanlift.platform.sampling.teacher import load_or_generate
+    from spanlift.platform.sampling.validation_blocks import ValidationBlocks
 
-    return {role: load_or_generate(args.cache, backbone, s) for role, s in roles(args).items()}
+    seeds = roles(args)
+    sets = {role: load_or_generate(args.cache, backbone, seeds[role]) for role in ("train", "test")}
+    sets["validation"] = ValidationBlocks(args.cache, backbone, seeds["validation"])
+    sets["validation"].block(0)
+    return sets
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
@@ -191,7 +198,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
         rows.append(row)
         recorded += [(seed, *record(row, replicate))] if record else []
     print(format_table(rows))
-    resolution = resolution_line(rows, len(sets["validation"]))
+    resolution = resolution_line(rows, args.validation_samples)
     if resolution:
         print(resolution)
     if len(rows) > 1:
@@ -252,19 +259,23 @@ def check_seeds(seeds: list[int]) -> list[int]:
 
 
 def resolution_line(rows: list[Any], seeds: int) -> str | None:
-    """What the validation seeds resolve (`fit.validation_resolves`, the range over replicates),
-    e.g. `validation: 8192 seeds resolve a gain of 2.1% over the starting state (…)`; None when
-    no fit recorded it (nothing fitted)."""
-    found = sorted(
-        r.fitted.validation_resolves
-        for r in rows
-        if r.fitted is not None and r.fitted.validation_resolves is not None
-    )
+    """What the validation seeds the fits used resolve (`fit.validation_resolves`, the range over
+    replicates), e.g. `validation: 256 of 8192 seeds (added while a comparison was undecided)
+    resolve a gain of 4.1% over the starting state (…)`; None when no fit recorded it (nothing
+    fitted)."""
+    fitted = [r.fitted for r in rows if r.fitted is not None]
+    found = sorted(f.validation_resolves for f in fitted if f.validation_resolves is not None)
     if not found:
         return None
+    used = sorted({f.validation_seeds or seeds for f in fitted})
+    count = str(used[0]) if len(used) == 1 else f"{used[0]} to {used[-1]}"
+    if used != [seeds]:
+        count += f" of {seeds} seeds (added while a comparison was undecided)"
+    else:
+        count += " seeds"
     gain = f"{found[0]:.1%}" if found[0] == found[-1] else f"{found[0]:.1%} to {found[-1]:.1%}"
     return (
-        f"validation: {seeds} seeds resolve a gain of {gain} over the starting state "
+        f"validation: {count} resolve a gain of {gain} over the starting state "
         "(one paired standard error; fit.validation_resolves)"
     )
 
@@ -316,7 +327,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     )
     teacher = f"{DEFAULT_TEACHER.label()}, NFE {DEFAULT_TEACHER.nfe}"
     print(
-        f"\nEndpoint RMSE against the teacher ({teacher}) on {len(sets['validation'])} "
+        f"\nEndpoint RMSE against the teacher ({teacher}) on {args.validation_samples} "
         f"validation and {len(sets['test'])} held-out test seeds:"
     )
     print(format_table(rows))

@@ -103,3 +103,9 @@ class SingleBlock:
 def as_blocks(validation: "TeacherSet | ValidationBlocks") -> "ValidationBlocks | SingleBlock":
     """A fit's validation seeds as blocks: the blocks themselves, or a whole set as one."""
     return validation if isinstance(validation, ValidationBlocks) else SingleBlock(validation)
+
+
+def first_block(validation: "TeacherSet | ValidationBlocks | None") -> TeacherSet | None:
+    """The seeds every state of a fit is measured on, which its validation RMSE reports: the
+    first block (generated if need be), or a whole validation set."""
+    return validation.block(0) if isinstance(validation, ValidationBlocks) else validation
