@@ -167,7 +167,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     import torch
 
     from spanlift.backbones import load_backbone
-    from spanlift.platform.fitting.compare import compare, format_table
+    from spanlift.platform.fitting.compare import format_table
     from spanlift.solvers import SolverSpec
     from spanlift.solvers.loading import build, is_learnable
 
@@ -183,20 +183,16 @@ def cmd_fit(args: argparse.Namespace) -> None:
     runs = fit_runs(args)  # a bad store fails here, before the teacher
     sets = teacher_sets(args, backbone)
     record = fit_recorder(runs, args, backbone, options, sets)
+    jobs = side_by_side(args, seeds)
+    if jobs > 1:
+        torch.set_num_threads(1)  # the replicates' threads, as their runs record them
+        fitted = fitted_side_by_side(args, spec, settings, seeds, options, jobs)
+    else:
+        fitted = (fitted_here(args, spec, backbone, sets, replace(settings, seed=s)) for s in seeds)
     rows, recorded = [], []
-    for seed in seeds:  # each replicate recorded as it finishes
-        replicate = replace(settings, seed=seed)
-        (row,) = compare(
-            [spec],
-            backbone,
-            sets["train"],
-            sets["test"],
-            replicate,
-            args.out,
-            validation=sets["validation"],
-        )
+    for row in fitted:  # each replicate recorded as it finishes
         rows.append(row)
-        recorded += [(seed, *record(row, replicate))] if record else []
+        recorded += [(row.seed, *record(row, replace(settings, seed=row.seed)))] if record else []
     print(format_table(rows))
     resolution = resolution_line(rows, args.validation_samples)
     if resolution:
@@ -206,9 +202,55 @@ def cmd_fit(args: argparse.Namespace) -> None:
     for row in rows:
         if row.checkpoint:
             print(f"checkpoint{f' (seed {row.seed})' if len(rows) > 1 else ''}: {row.checkpoint}")
-    print(f"threads: {torch.get_num_threads()}")
+    shown = f"1 per fit, {jobs} fits side by side" if jobs > 1 else torch.get_num_threads()
+    print(f"threads: {shown}")
     if recorded:
         print_runs(args, runs, recorded)
+
+
+def side_by_side(args: argparse.Namespace, seeds: list[int]) -> int:
+    """How many replicates fit at once: one per core the process may use, at most one per fit
+    seed, when torch's threads are left to it (`--threads` fits one after another)."""
+    import os
+
+    if args.threads is not None or len(seeds) < 2:
+        return 1
+    return max(1, min(len(seeds), len(os.sched_getaffinity(0))))
+
+
+def fitted_here(
+    args: argparse.Namespace, spec: Any, backbone: Any, sets: dict, settings: Any
+) -> Any:
+    """The comparison row of one replicate, fitted in this process."""
+    from spanlift.platform.fitting.compare import compare
+
+    (row,) = compare(
+        [spec],
+        backbone,
+        sets["train"],
+        sets["test"],
+        settings,
+        args.out,
+        validation=sets["validation"],
+    )
+    return row
+
+
+def fitted_side_by_side(
+    args: argparse.Namespace,
+    spec: Any,
+    settings: Any,
+    seeds: list[int],
+    options: dict,
+    jobs: int,
+) -> Any:
+    """The replicates' rows in seed order, fitted in `jobs` processes of one thread each
+    (`fitting/replicates.py`): the numbers of `--threads 1`."""
+    from spanlift.platform.fitting.replicates import Replicates, fit_side_by_side
+
+    shared = Replicates(args.backbone, options, roles(args), args.cache, args.out, settings)
+    print(f"fitting {len(seeds)} replicates, {jobs} side by side, one torch thread each")
+    return fit_side_by_side(spec, shared, seeds, jobs)
 
 
 def fit_runs(args: argparse.Namespace) -> Any:
