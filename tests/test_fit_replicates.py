@@ -32,3 +32,17 @@ def test_side_by_side_replicates_equal_one_thread_in_turn(tmp_path, capsys):
     in_turn = capsys.readouterr().out
     assert "side by side" not in in_turn
     assert table(parallel) == table(in_turn)
+
+
+def test_a_fit_says_what_it_will_take_from_the_work_left(tmp_path, capsys, monkeypatch):
+    """Any estimate above ANNOUNCED is printed before the work: the teacher and fits counted
+    on an empty cache; nothing left to do once both are cached."""
+    import spanlift.cli.fit as fit_command
+
+    monkeypatch.setattr(fit_command, "ANNOUNCED", 1e-9)
+    where = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "a"), "--threads", "1"]
+    assert main([*ARGS, *where]) == 0
+    first = capsys.readouterr().out
+    assert re.search(r"this will take about \d+ s here: 112 teacher seeds at NFE 35, 2 fits", first)
+    assert main([*ARGS, *where]) == 0
+    assert "this will take" not in capsys.readouterr().out

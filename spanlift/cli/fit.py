@@ -181,9 +181,12 @@ def cmd_fit(args: argparse.Namespace) -> None:
     if not is_learnable(build(spec, backbone)):  # a bad spec fails here, before the teacher
         seeds = seeds[:1]
     runs = fit_runs(args)  # a bad store fails here, before the teacher
-    sets = teacher_sets(args, backbone)
-    record = fit_recorder(runs, args, backbone, options, sets)
     jobs = side_by_side(args, seeds)
+    announced = announce(args, spec, backbone, settings, seeds, jobs, None)
+    sets = teacher_sets(args, backbone)
+    if not announced:  # the teacher was cached: the fit cache says what is left
+        announce(args, spec, backbone, settings, seeds, jobs, sets)
+    record = fit_recorder(runs, args, backbone, options, sets)
     if jobs > 1:
         torch.set_num_threads(1)  # the replicates' threads, as their runs record them
         fitted = fitted_side_by_side(args, spec, settings, seeds, options, jobs)
@@ -206,6 +209,66 @@ def cmd_fit(args: argparse.Namespace) -> None:
     print(f"threads: {shown}")
     if recorded:
         print_runs(args, runs, recorded)
+
+
+ANNOUNCED = 60.0
+"""Estimated seconds from which `spanlift fit` says how long it will take before it starts."""
+
+
+def announce(
+    args: argparse.Namespace,
+    spec: Any,
+    backbone: Any,
+    settings: Any,
+    seeds: list[int],
+    jobs: int,
+    sets: dict | None,
+) -> bool:
+    """Print what the command will take (`fitting/estimate.py`) when that is ANNOUNCED seconds
+    or more, and whether it did. Before the teacher sets exist (`sets` None) every fit counts;
+    after, those the fit cache holds do not."""
+    from spanlift.platform.fitting import estimate
+    from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
+    from spanlift.platform.sampling.validation_blocks import FIRST_BLOCK
+
+    seed_sets = list(roles(args).values())
+    seed_sets[1] = seed_sets[1][:FIRST_BLOCK]
+    teacher = estimate.uncached_seeds(args.cache, backbone, seed_sets, DEFAULT_TEACHER)
+    if sets is None and not teacher:
+        return False
+    stages = [fit_stages(args, spec, backbone, settings, seed, sets) for seed in seeds]
+    first = min(FIRST_BLOCK, args.validation_samples)
+    work = estimate.Work(
+        teacher * DEFAULT_TEACHER.nfe,
+        sum(estimate.fit_work(settings, spec.nfe, n, 1, first) for n in stages),
+        sum(1 for n in stages if n) * (args.test_samples + first) * spec.nfe,
+    )
+    seconds = work.seconds(estimate.seconds_per_evaluation(backbone), jobs)
+    if seconds >= ANNOUNCED:
+        print(
+            f"this will take {estimate.said(seconds)} here: {teacher} teacher seeds at NFE "
+            f"{DEFAULT_TEACHER.nfe}, {sum(stages)} fits of {settings.iterations} iterations "
+            f"({jobs} at a time); estimated from one timed denoiser call",
+            flush=True,
+        )
+    return seconds >= ANNOUNCED
+
+
+def fit_stages(
+    args: argparse.Namespace, spec: Any, backbone: Any, settings: Any, seed: int, sets: Any
+) -> int:
+    """The fits one replicate still needs: all its stages before the teacher sets exist."""
+    from dataclasses import replace
+
+    from spanlift.platform.fitting.compare import fit_configuration
+    from spanlift.platform.fitting.estimate import stages_to_fit
+    from spanlift.platform.results.fit_cache import FitCache
+
+    if sets is None:
+        return stages_to_fit(spec, backbone, None)
+    replicate = replace(settings, seed=seed)
+    configuration = fit_configuration(spec, backbone, sets["train"], replicate, sets["validation"])
+    return stages_to_fit(spec, backbone, FitCache(args.out, configuration))
 
 
 def side_by_side(args: argparse.Namespace, seeds: list[int]) -> int:
