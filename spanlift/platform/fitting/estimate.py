@@ -10,9 +10,9 @@ Counted, in evaluations of one sample (a backward pass taken as BACKWARD forward
 
 with two stages for a solver on a base that is fitted first (SpanLift on DyWeight), and the
 validation blocks after the first left out: the sequential rule adds them only for a comparison
-it cannot decide on the first. One evaluation's seconds are measured on a batch of the backbone
-at σ_max (the second of two calls), on the threads one fit will use; replicates side by side
-divide the fits' part.
+it cannot decide on the first. One evaluation's seconds are measured on a sampling batch of the
+backbone at σ_max (the faster of two calls after a warm-up) in the machine's present state;
+replicates side by side divide the fits' part.
 """
 
 import math
@@ -61,17 +61,22 @@ def fit_work(
 
 
 @torch.no_grad()
-def seconds_per_evaluation(backbone: Backbone, batch: int = 32) -> float:
-    """One denoiser evaluation of one sample, timed on a batch at σ_max (after a warm-up)."""
+def seconds_per_evaluation(backbone: Backbone, largest: int = 256) -> float:
+    """One denoiser evaluation of one sample: the faster of two timed calls (after a warm-up)
+    on a sampling batch of the backbone (at most `largest`) at σ_max."""
+    batch = min(largest, backbone.sampling_batch())
     noise = torch.randn(batch, *backbone.shape, generator=torch.Generator().manual_seed(0))
     x = backbone.prior(noise.to(backbone.device))
     sigma = torch.tensor(float(backbone.sigma_max), device=x.device)
     cond = backbone.conditioning(range(batch))
     denoiser = conditioned(backbone, None if cond is None else cond.to(x.device))
     denoiser(x, sigma)
-    started = time.perf_counter()
-    denoiser(x, sigma)
-    return (time.perf_counter() - started) / batch
+    timed = []
+    for _ in range(2):
+        started = time.perf_counter()
+        denoiser(x, sigma)
+        timed.append(time.perf_counter() - started)
+    return min(timed) / batch
 
 
 def said(seconds: float) -> str:
