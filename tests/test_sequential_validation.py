@@ -11,7 +11,7 @@ from spanlift.platform.fitting.fit import FitSettings, fit
 from spanlift.platform.fitting.resolution import ResolutionWarning
 from spanlift.platform.fitting.sequential import (
     ALPHA,
-    FUTILE_GAIN,
+    NEGLIGIBLE,
     GAIN,
     NO_GAIN,
     UNDECIDED,
@@ -81,7 +81,7 @@ def test_an_early_look_decides_a_clear_gain_a_clear_futility_and_waits_between()
     assert early_decision(*groups(0.04, 0.15, 32, 2), looks=6) == UNDECIDED
 
 
-@pytest.mark.parametrize("mean_gain, decided", [(0.0, GAIN), (FUTILE_GAIN, NO_GAIN)])
+@pytest.mark.parametrize("mean_gain, decided", [(0.0, GAIN), (NEGLIGIBLE, NO_GAIN)])
 def test_each_early_error_rate_is_at_most_alpha_over_all_early_looks(mean_gain, decided):
     """A state with no gain is kept early, and one with the futile gain rejected early, in at
     most ALPHA of 2 000 simulated sequential comparisons (6 looks; 32 groups a block)."""

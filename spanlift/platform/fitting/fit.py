@@ -67,7 +67,13 @@ from spanlift.platform.fitting.memory import VALIDATION_BATCH, MemoryPlan, check
 from spanlift.platform.fitting.memory_plan import memory_plan
 from spanlift.platform.fitting.optimization import Optimization
 from spanlift.platform.fitting.resolution import resolves, warn_if_coarse
-from spanlift.platform.fitting.sequential import GAIN, NO_GAIN, UNDECIDED, early_decision
+from spanlift.platform.fitting.sequential import (
+    GAIN,
+    NO_GAIN,
+    UNDECIDED,
+    early_decision,
+    early_order,
+)
 from spanlift.platform.fitting.settings import Best, FitResult, FitState, Objective, Report
 from spanlift.platform.fitting.settings import FitSettings as FitSettings
 from spanlift.platform.sampling.model_statistics import model_statistics
@@ -449,20 +455,33 @@ def judged(
     best: Best,
     batch: int,
 ) -> tuple[list[Tensor], bool, Best]:
-    """The solver's group losses on each block its comparison needed, whether its state is kept,
-    and `best` with the starting and kept states' losses on the blocks added. Block by block:
-    it is not kept when its loss is not below the kept state's on the same seeds; else its
-    comparison with the starting state decides (`compared`), or, undecided, the next block is
-    added."""
+    """The solver's group losses on each block its choice needed, whether its state is kept,
+    and `best` with the starting and kept states' losses on the blocks added: block by block
+    until `verdict` decides (`sequential.py`)."""
     later: list[Tensor] = []
     while True:
         best = covering(solver, loss, blocks, best, len(later), batch)
         later.append(validation_losses(solver, loss, blocks.block(len(later)), batch))
-        if blocks_mean(later, blocks) >= kept_mean(best, len(later), blocks):
-            return later, False, best
-        verdict = compared(best["start"][: len(later)], later, blocks.count)
-        if verdict != UNDECIDED:
-            return later, verdict == GAIN, best
+        decided = verdict(best, later, blocks)
+        if decided != UNDECIDED:
+            return later, decided == GAIN, best
+
+
+def verdict(best: Best, later: list[Tensor], blocks: "ValidationBlocks | SingleBlock") -> str:
+    """GAIN (keep the later state), NO_GAIN or UNDECIDED on the first len(later) blocks: it must
+    gain over the starting state (`compared`) and, when another state is kept, be better than
+    it (`ordered`)."""
+    used = len(later)
+    start_kept = best.get("kept_groups") is None
+    if start_kept and used == blocks.count and not lower(later, best["start"][:used], blocks):
+        return NO_GAIN  # the fixed rule: lower than the kept state, here the starting one
+    over_start = compared(best["start"][:used], later, blocks.count)
+    if best.get("kept_groups") is None or over_start == NO_GAIN:
+        return over_start
+    over_kept = ordered(best["kept_groups"][:used], later, blocks)
+    if over_kept != GAIN:
+        return over_kept
+    return over_start
 
 
 def compared(start: list[Tensor], later: list[Tensor], looks: int) -> str:
@@ -475,18 +494,31 @@ def compared(start: list[Tensor], later: list[Tensor], looks: int) -> str:
     return GAIN if earns_its_place(joined_start, joined_later) else NO_GAIN
 
 
+def ordered(
+    kept: list[Tensor], later: list[Tensor], blocks: "ValidationBlocks | SingleBlock"
+) -> str:
+    """GAIN when the later state is better than the kept one on the first len(later) blocks,
+    NO_GAIN when not, UNDECIDED while the sequential test cannot tell; at the last look, the
+    lower mean loss."""
+    if len(later) < blocks.count:
+        return early_order(torch.cat(kept), torch.cat(later), blocks.count)
+    return GAIN if lower(later, kept, blocks) else NO_GAIN
+
+
+def lower(
+    later: list[Tensor], other: list[Tensor], blocks: "ValidationBlocks | SingleBlock"
+) -> bool:
+    """Whether the later state's mean loss is below the other's on the same blocks."""
+    return blocks_mean(later, blocks) < blocks_mean(other, blocks)
+
+
 def blocks_mean(groups: list[Tensor], blocks: "ValidationBlocks | SingleBlock") -> float:
     """The mean loss over the seeds of the first len(groups) blocks, from their group losses."""
     sizes = [blocks.size(j) for j in range(len(groups))]
     means = [mean_loss(g, blocks.block(j)) for j, g in enumerate(groups)]
+    if len(means) == 1:
+        return means[0]
     return sum(m * n for m, n in zip(means, sizes, strict=True)) / sum(sizes)
-
-
-def kept_mean(best: Best, used: int, blocks: "ValidationBlocks | SingleBlock") -> float:
-    """The kept state's mean loss on the first `used` blocks (on the first: `best["loss"]`)."""
-    if used == 1:
-        return best["loss"]
-    return blocks_mean((best.get("kept_groups") or best["start"])[:used], blocks)
 
 
 def covering(

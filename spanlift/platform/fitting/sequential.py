@@ -1,30 +1,35 @@
-"""The kept-state rule as a sequential test: validation seeds are added only while the comparison
-of a later state with the starting state is undecided.
+"""The kept-state rule as a sequential test: validation seeds are added only while a choice of
+the kept state is undecided.
 
 The validation seeds come in K blocks (`sampling/validation_blocks.py`: 256 seeds, then blocks
-that double the seeds so far, up to the cap), so the comparison looks at n = 256, 512, 1 024, …,
-N seeds. At a look, over the G groups of the blocks used so far (min(32, block) groups a block),
+that double the seeds so far, up to the cap), so a choice looks at n = 256, 512, 1 024, …, N
+seeds. A later state t faces two paired comparisons over the G groups of the blocks used so far
+(min(32, block) groups a block), each with
 
-    d_g = L_0,g − L_t,g,   d̄ = mean_g d_g,   se = sd_g(d_g) / √G,   L̄_0 = mean_g L_0,g,
+    d_g = L_a,g − L_t,g,   d̄ = mean_g d_g,   se = sd_g(d_g) / √G,   c = z_{1 − ALPHA / (K − 1)}:
 
-a comparison is decided, at each of the K − 1 early looks, as
+against the starting state (a = 0), at each of the K − 1 early looks
 
-    gain        when d̄ − c · se > 0                      (the gain's lower bound is above 0)
-    no gain     when (d̄ + c · se) / L̄_0 < FUTILE_GAIN     (the relative gain's upper bound is below
-                                                          the gain worth its teacher)
-    undecided   otherwise: the next block is added,
+    gain        when d̄ − c · se > 0                          (the gain's lower bound above 0)
+    no gain     when (d̄ + c · se) / L̄_0 < NEGLIGIBLE           (its upper bound below what matters)
 
-with c = z_{1 − ALPHA / (K − 1)} (the standard normal quantile). At the last look (all N seeds,
-or a validation set of one block, as a sweep's) the fixed-sample rule decides, as it always did:
-gain when d̄ > k · se (`fit.earns_its_place`, k = NOISE_MULTIPLE).
+and against the state kept so far (a = k, when it is not the starting state)
 
-Error rates, for one comparison, with d̄ / se taken as normal: a later state with no gain
-(E d ≤ 0) is kept at an early look with probability at most ALPHA, and one whose relative gain is
-FUTILE_GAIN or more is rejected at an early look with probability at most ALPHA (each look's
-one-sided test at ALPHA / (K − 1); Bonferroni over the early looks). What reaches the last look
-meets the fixed-sample rule's own rate (a later state with no gain passes one standard error
-about one time in six). The early gain bound is stricter than that rule, so a gain kept early is
-one that the full validation set would keep too, but for the same small chance.
+    better      when d̄ − c · se > 0, worse when d̄ + c · se < 0, and, when the whole interval
+                |d̄| + c · se is below NEGLIGIBLE · L̄_k, the lower on these seeds (either is as good);
+
+undecided otherwise: the next block is added. It is kept when it gains over the start and is
+better than the kept state. At the last look (all N seeds, or a validation set of one block, as a
+sweep's) the fixed-sample rule decides, as it always did: the lower mean, and a gain over the
+start of more than k · se (`fit.earns_its_place`, k = NOISE_MULTIPLE).
+
+Error rates, for one comparison, with d̄ / se taken as normal, each at most ALPHA over all the
+early looks (each look's one-sided bound at ALPHA / (K − 1); Bonferroni): a state with no gain is
+kept early; one whose gain is NEGLIGIBLE or more is rejected early; a state worse than the kept
+one by more than NEGLIGIBLE of its loss replaces it early (or one better by as much is passed
+over). NEGLIGIBLE = 2 % of the loss (an MSE) is 1 % of an RMSE. What reaches the last look meets
+the fixed-sample rule's own rate (a state with no gain passes one standard error about one time
+in six).
 """
 
 import math
@@ -32,13 +37,12 @@ from statistics import NormalDist
 
 from torch import Tensor
 
-from spanlift.platform.fitting.resolution import WANTED_GAIN
-
 ALPHA = 0.05
 """Each early error rate of a comparison (module docstring), over all its early looks."""
-FUTILE_GAIN = WANTED_GAIN
-"""A relative gain below which a later state is not worth more validation seeds: shown (at the
-early looks' bound) to be below it, the comparison ends with the starting state kept."""
+NEGLIGIBLE = 0.02
+"""A relative difference in loss that does not matter to a choice (2 % of an MSE is 1 % of an
+RMSE): a gain over the start shown to be below it, or two states shown to be within it of each
+other, need no more validation seeds."""
 
 GAIN, NO_GAIN, UNDECIDED = "gain", "no gain", "undecided"
 
@@ -48,17 +52,42 @@ def early_bound(looks: int) -> float:
     return NormalDist().inv_cdf(1 - ALPHA / max(1, looks - 1))
 
 
+def bounds(first: Tensor, second: Tensor, looks: int) -> tuple[float, float] | None:
+    """(d̄, c · se) of d_g = first_g − second_g at an early look of `looks`; None with fewer
+    than two groups."""
+    gain = (first - second).double()
+    if len(gain) < 2:
+        return None
+    return float(gain.mean()), early_bound(looks) * float(gain.std()) / math.sqrt(len(gain))
+
+
 def early_decision(start: Tensor, later: Tensor, looks: int) -> str:
     """GAIN, NO_GAIN or UNDECIDED at an early look (of `looks`) for a later state's group losses
     `later` against the starting state's `start`, the same groups (module docstring); the last
     look is the fixed-sample rule's (`fit.earns_its_place`)."""
-    gain = (start - later).double()
-    if len(gain) < 2:
+    found = bounds(start, later, looks)
+    if found is None:
         return UNDECIDED
-    mean, error = float(gain.mean()), float(gain.std()) / math.sqrt(len(gain))
-    bound = early_bound(looks) * error
+    mean, bound = found
     if mean - bound > 0:
         return GAIN
-    if mean + bound < FUTILE_GAIN * float(start.double().mean()):
+    if mean + bound < NEGLIGIBLE * float(start.double().mean()):
         return NO_GAIN
+    return UNDECIDED
+
+
+def early_order(kept: Tensor, later: Tensor, looks: int) -> str:
+    """GAIN (the later state is better), NO_GAIN (it is not) or UNDECIDED at an early look for
+    its group losses against the kept state's (module docstring): two states within NEGLIGIBLE
+    of each other are ordered by these seeds."""
+    found = bounds(kept, later, looks)
+    if found is None:
+        return UNDECIDED
+    mean, bound = found
+    if mean - bound > 0:
+        return GAIN
+    if mean + bound < 0:
+        return NO_GAIN
+    if abs(mean) + bound < NEGLIGIBLE * float(kept.double().mean()):
+        return GAIN if mean > 0 else NO_GAIN
     return UNDECIDED
