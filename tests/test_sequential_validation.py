@@ -11,11 +11,12 @@ from spanlift.platform.fitting.fit import FitSettings, fit
 from spanlift.platform.fitting.resolution import ResolutionWarning
 from spanlift.platform.fitting.sequential import (
     ALPHA,
-    NEGLIGIBLE,
     GAIN,
+    NEGLIGIBLE,
     NO_GAIN,
     UNDECIDED,
     early_decision,
+    early_order,
 )
 from spanlift.platform.sampling.validation_blocks import ValidationBlocks, block_ranges
 from spanlift.seeds import VALIDATION_SAMPLES, role_seeds
@@ -79,6 +80,19 @@ def test_an_early_look_decides_a_clear_gain_a_clear_futility_and_waits_between()
     assert early_decision(*groups(0.2, 0.05, 32, 0), looks=6) == GAIN
     assert early_decision(*groups(-0.01, 0.01, 32, 1), looks=6) == NO_GAIN
     assert early_decision(*groups(0.04, 0.15, 32, 2), looks=6) == UNDECIDED
+
+
+def test_against_the_kept_state_an_early_look_orders_clear_and_negligible_differences():
+    """kept − later: better or worse beyond the bounds; within 2 % either way, the lower."""
+    assert early_order(*groups(0.2, 0.05, 32, 0), looks=6) == GAIN
+    assert early_order(*groups(-0.2, 0.05, 32, 0), looks=6) == NO_GAIN
+    kept, later = groups(0.002, 0.001, 32, 3)
+    assert early_order(kept, later, looks=6) == GAIN  # a shown gain of 0.2 %
+    assert early_order(kept, kept + 0.001 * torch.randn(32, dtype=torch.float64), 6) in (
+        GAIN,
+        NO_GAIN,
+    )
+    assert early_order(*groups(0.01, 0.15, 32, 2), looks=6) == UNDECIDED
 
 
 @pytest.mark.parametrize("mean_gain, decided", [(0.0, GAIN), (NEGLIGIBLE, NO_GAIN)])

@@ -61,33 +61,33 @@ def bounds(first: Tensor, second: Tensor, looks: int) -> tuple[float, float] | N
     return float(gain.mean()), early_bound(looks) * float(gain.std()) / math.sqrt(len(gain))
 
 
-def early_decision(start: Tensor, later: Tensor, looks: int) -> str:
-    """GAIN, NO_GAIN or UNDECIDED at an early look (of `looks`) for a later state's group losses
-    `later` against the starting state's `start`, the same groups (module docstring); the last
-    look is the fixed-sample rule's (`fit.earns_its_place`)."""
-    found = bounds(start, later, looks)
+def interval_verdict(first: Tensor, later: Tensor, looks: int, below: float) -> str:
+    """GAIN when d̄ − c · se > 0 (d_g = first_g − later_g), NO_GAIN when d̄ + c · se < `below`,
+    else UNDECIDED (also with fewer than two groups)."""
+    found = bounds(first, later, looks)
     if found is None:
         return UNDECIDED
     mean, bound = found
     if mean - bound > 0:
         return GAIN
-    if mean + bound < NEGLIGIBLE * float(start.double().mean()):
-        return NO_GAIN
-    return UNDECIDED
+    return NO_GAIN if mean + bound < below else UNDECIDED
+
+
+def early_decision(start: Tensor, later: Tensor, looks: int) -> str:
+    """GAIN, NO_GAIN or UNDECIDED at an early look (of `looks`) for a later state's group losses
+    `later` against the starting state's `start`, the same groups (module docstring); the last
+    look is the fixed-sample rule's (`fit.earns_its_place`)."""
+    return interval_verdict(start, later, looks, NEGLIGIBLE * float(start.double().mean()))
 
 
 def early_order(kept: Tensor, later: Tensor, looks: int) -> str:
     """GAIN (the later state is better), NO_GAIN (it is not) or UNDECIDED at an early look for
     its group losses against the kept state's (module docstring): two states within NEGLIGIBLE
     of each other are ordered by these seeds."""
-    found = bounds(kept, later, looks)
-    if found is None:
-        return UNDECIDED
+    decided, found = interval_verdict(kept, later, looks, 0.0), bounds(kept, later, looks)
+    if decided != UNDECIDED or found is None:
+        return decided
     mean, bound = found
-    if mean - bound > 0:
-        return GAIN
-    if mean + bound < 0:
-        return NO_GAIN
     if abs(mean) + bound < NEGLIGIBLE * float(kept.double().mean()):
         return GAIN if mean > 0 else NO_GAIN
     return UNDECIDED
