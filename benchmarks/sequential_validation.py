@@ -101,7 +101,8 @@ def main() -> None:
     same = close = 0
     used = []
     print(
-        "solver     NFE seed  kept(seq) kept(8192) seeds  rmse(seq) rmse(8192) ratio  s(seq) s(8192)"
+        "solver     NFE seed  kept(seq) kept(8192) seeds  rmse(seq) rmse(8192) ratio  s(seq) "
+        "s(8192)"
     )
     for name in args.solvers:
         for nfe in args.nfe:
@@ -116,7 +117,8 @@ def main() -> None:
                 used.append(seeds)
                 print(
                     f"{name:10} {nfe:3} {seed:4} {kept:10} {full_kept:10} {seeds:5} "
-                    f"{rmse:10.5f} {full_rmse:10.5f} {rmse / full_rmse:6.3f} {s:7.1f} {full_s:7.1f}",
+                    f"{rmse:10.5f} {full_rmse:10.5f} {rmse / full_rmse:6.3f} {s:7.1f} "
+                    f"{full_s:7.1f}",
                     flush=True,
                 )
     fits = len(used)

@@ -27,7 +27,8 @@ significantly worse than its base on seeds it never saw). Validation seeds given
 (256 seeds), which the validation curve reports; one below the kept state there is compared with
 the starting state by the sequential test of `sequential.py`, which adds blocks (the starting and
 the kept state measured on each) while it is undecided and applies the rule above at the last; a
-validation set given whole is one block, decided by the rule above. Each state the fit keeps on its way is
+validation set given whole is one block, decided by the rule above. Each state the fit keeps on
+its way is
 kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
 state first, at 0 s), at most `MAX_KEPT` of them (`keep_state`); the time of every validation is
 in `FitResult.validation_seconds`. With these, the states a fit would have ended with had it

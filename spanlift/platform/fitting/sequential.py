@@ -11,12 +11,12 @@ seeds. A later state t faces two paired comparisons over the G groups of the blo
 against the starting state (a = 0), at each of the K − 1 early looks
 
     gain        when d̄ − c · se > 0                          (the gain's lower bound above 0)
-    no gain     when (d̄ + c · se) / L̄_0 < NEGLIGIBLE           (its upper bound below what matters)
+    no gain     when (d̄ + c · se) / L̄_0 < NEGLIGIBLE          (its upper bound below what matters)
 
 and against the state kept so far (a = k, when it is not the starting state)
 
     better      when d̄ − c · se > 0, worse when d̄ + c · se < 0, and, when the whole interval
-                |d̄| + c · se is below NEGLIGIBLE · L̄_k, the lower on these seeds (either is as good);
+                |d̄| + c · se is below NEGLIGIBLE · L̄_k, the lower on these seeds (either will do);
 
 undecided otherwise: the next block is added. It is kept when it gains over the start and is
 better than the kept state. At the last look (all N seeds, or a validation set of one block, as a
