@@ -24,9 +24,10 @@ and among the states that do, the fit keeps the one of lowest validation loss; w
 keeps its starting state (so a solver that starts as its base, like SpanLift, never ends
 significantly worse than its base on seeds it never saw). Validation seeds given as
 `ValidationBlocks` are used block by block (`judged`): a state is measured on the first block
-(256 seeds), which the validation curve reports; one below the kept state there is compared with
-the starting state by the sequential test of `sequential.py`, which adds blocks (the starting and
-the kept state measured on each) while it is undecided and applies the rule above at the last; a
+(256 seeds), which the validation curve reports, and the sequential test of `sequential.py`
+decides whether it gains over the starting state and is better than the kept one, adding blocks
+(the starting and the kept state measured on each) while it is undecided and applying the rule
+above (lowest loss, one standard error over the start) at the last; a
 validation set given whole is one block, decided by the rule above. Each state the fit keeps on
 its way is
 kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
