@@ -24,11 +24,12 @@ from spanlift.errors import SettingsError
 
 TEST_SEED_OFFSET = 10**9
 VALIDATION_SAMPLES = 8192
-"""Validation seeds of `spanlift fit` and of a comparison in Python (`fitting/compare.py`) unless
-told otherwise: enough for the kept-state rule to resolve a 5 % gain over the starting state on
-the embedded backbones at NFE 3–6 (`fitting/resolution.py`; DyWeight's start on the mixture
-resolves 1.4–3.8 % on 8 192 seeds, 3.3–10.1 % on 1 024; docs/results.md). A sweep's default stays
-`teacher.validation_samples` (256)."""
+"""Validation seeds of `spanlift fit` and of a comparison in Python (`fitting/compare.py` given
+`sampling/validation_blocks.ValidationBlocks`) unless told otherwise: the most a comparison of the
+kept-state rule may use, enough to resolve a 5 % gain over the starting state on the embedded
+backbones at NFE 3–6 (`fitting/resolution.py`; docs/results.md). They come in blocks, generated
+only while a comparison is undecided (`fitting/sequential.py`). A sweep's default stays
+`teacher.validation_samples` (256), used whole."""
 FID_FIRST_SEED = 2 * 10**9
 REFERENCE_FIRST_SEED = 3 * 10**9
 

@@ -148,10 +148,17 @@ def roles(args: argparse.Namespace) -> dict[str, range]:
 
 
 def teacher_sets(args: argparse.Namespace, backbone: Any) -> dict[str, Any]:
-    """The teacher's endpoints on the training, validation and test seeds, by role."""
+    """The teacher's endpoints on the training and test seeds, by role, and the validation
+    seeds as blocks (their first generated now, the others when a fit's comparison needs them,
+    `sampling/validation_blocks.py`)."""
     from spanlift.platform.sampling.teacher import load_or_generate
+    from spanlift.platform.sampling.validation_blocks import ValidationBlocks
 
-    return {role: load_or_generate(args.cache, backbone, s) for role, s in roles(args).items()}
+    seeds = roles(args)
+    sets = {role: load_or_generate(args.cache, backbone, seeds[role]) for role in ("train", "test")}
+    sets["validation"] = ValidationBlocks(args.cache, backbone, seeds["validation"])
+    sets["validation"].block(0)
+    return sets
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
@@ -160,7 +167,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     import torch
 
     from spanlift.backbones import load_backbone
-    from spanlift.platform.fitting.compare import compare, format_table
+    from spanlift.platform.fitting.compare import format_table
     from spanlift.solvers import SolverSpec
     from spanlift.solvers.loading import build, is_learnable
 
@@ -174,24 +181,23 @@ def cmd_fit(args: argparse.Namespace) -> None:
     if not is_learnable(build(spec, backbone)):  # a bad spec fails here, before the teacher
         seeds = seeds[:1]
     runs = fit_runs(args)  # a bad store fails here, before the teacher
+    jobs = side_by_side(args, seeds)
+    announced = announce(args, spec, backbone, settings, seeds, jobs, None)
     sets = teacher_sets(args, backbone)
+    if not announced:  # the teacher was cached: the fit cache says what is left
+        announce(args, spec, backbone, settings, seeds, jobs, sets)
     record = fit_recorder(runs, args, backbone, options, sets)
+    if jobs > 1:
+        torch.set_num_threads(1)  # the replicates' threads, as their runs record them
+        fitted = fitted_side_by_side(args, spec, settings, seeds, options, jobs)
+    else:
+        fitted = (fitted_here(args, spec, backbone, sets, replace(settings, seed=s)) for s in seeds)
     rows, recorded = [], []
-    for seed in seeds:  # each replicate recorded as it finishes
-        replicate = replace(settings, seed=seed)
-        (row,) = compare(
-            [spec],
-            backbone,
-            sets["train"],
-            sets["test"],
-            replicate,
-            args.out,
-            validation=sets["validation"],
-        )
+    for row in fitted:  # each replicate recorded as it finishes
         rows.append(row)
-        recorded += [(seed, *record(row, replicate))] if record else []
+        recorded += [(row.seed, *record(row, replace(settings, seed=row.seed)))] if record else []
     print(format_table(rows))
-    resolution = resolution_line(rows, len(sets["validation"]))
+    resolution = resolution_line(rows, args.validation_samples)
     if resolution:
         print(resolution)
     if len(rows) > 1:
@@ -199,9 +205,115 @@ def cmd_fit(args: argparse.Namespace) -> None:
     for row in rows:
         if row.checkpoint:
             print(f"checkpoint{f' (seed {row.seed})' if len(rows) > 1 else ''}: {row.checkpoint}")
-    print(f"threads: {torch.get_num_threads()}")
+    shown = f"1 per fit, {jobs} fits side by side" if jobs > 1 else torch.get_num_threads()
+    print(f"threads: {shown}")
     if recorded:
         print_runs(args, runs, recorded)
+
+
+ANNOUNCED = 60.0
+"""Estimated seconds from which `spanlift fit` says how long it will take before it starts."""
+
+
+def announce(
+    args: argparse.Namespace,
+    spec: Any,
+    backbone: Any,
+    settings: Any,
+    seeds: list[int],
+    jobs: int,
+    sets: dict | None,
+) -> bool:
+    """Print what the command will take (`fitting/estimate.py`) when that is ANNOUNCED seconds
+    or more, and whether it did. Before the teacher sets exist (`sets` None) every fit counts;
+    after, those the fit cache holds do not."""
+    from spanlift.platform.fitting import estimate
+    from spanlift.platform.sampling.teacher import DEFAULT_TEACHER
+    from spanlift.platform.sampling.validation_blocks import FIRST_BLOCK
+
+    seed_sets = list(roles(args).values())
+    seed_sets[1] = seed_sets[1][:FIRST_BLOCK]
+    teacher = estimate.uncached_seeds(args.cache, backbone, seed_sets, DEFAULT_TEACHER)
+    if sets is None and not teacher:
+        return False
+    stages = [fit_stages(args, spec, backbone, settings, seed, sets) for seed in seeds]
+    first = min(FIRST_BLOCK, args.validation_samples)
+    work = estimate.Work(
+        teacher * DEFAULT_TEACHER.nfe,
+        sum(estimate.fit_work(settings, spec.nfe, n, 1, first) for n in stages),
+        sum(1 for n in stages if n) * (args.test_samples + first) * spec.nfe,
+    )
+    seconds = work.seconds(estimate.seconds_per_evaluation(backbone), jobs)
+    if seconds >= ANNOUNCED:
+        print(
+            f"this will take {estimate.said(seconds)} here: {teacher} teacher seeds at NFE "
+            f"{DEFAULT_TEACHER.nfe}, {sum(stages)} fits of {settings.iterations} iterations "
+            f"({jobs} at a time); estimated from one timed denoiser call",
+            flush=True,
+        )
+    return seconds >= ANNOUNCED
+
+
+def fit_stages(
+    args: argparse.Namespace, spec: Any, backbone: Any, settings: Any, seed: int, sets: Any
+) -> int:
+    """The fits one replicate still needs: all its stages before the teacher sets exist."""
+    from dataclasses import replace
+
+    from spanlift.platform.fitting.compare import fit_configuration
+    from spanlift.platform.fitting.estimate import stages_to_fit
+    from spanlift.platform.results.fit_cache import FitCache
+
+    if sets is None:
+        return stages_to_fit(spec, backbone, None)
+    replicate = replace(settings, seed=seed)
+    configuration = fit_configuration(spec, backbone, sets["train"], replicate, sets["validation"])
+    return stages_to_fit(spec, backbone, FitCache(args.out, configuration))
+
+
+def side_by_side(args: argparse.Namespace, seeds: list[int]) -> int:
+    """How many replicates fit at once: one per core the process may use, at most one per fit
+    seed, when torch's threads are left to it (`--threads` fits one after another)."""
+    import os
+
+    if args.threads is not None or len(seeds) < 2:
+        return 1
+    return max(1, min(len(seeds), len(os.sched_getaffinity(0))))
+
+
+def fitted_here(
+    args: argparse.Namespace, spec: Any, backbone: Any, sets: dict, settings: Any
+) -> Any:
+    """The comparison row of one replicate, fitted in this process."""
+    from spanlift.platform.fitting.compare import compare
+
+    (row,) = compare(
+        [spec],
+        backbone,
+        sets["train"],
+        sets["test"],
+        settings,
+        args.out,
+        validation=sets["validation"],
+    )
+    return row
+
+
+def fitted_side_by_side(
+    args: argparse.Namespace,
+    spec: Any,
+    settings: Any,
+    seeds: list[int],
+    options: dict,
+    jobs: int,
+) -> Any:
+    """The replicates' rows in seed order, fitted in `jobs` processes of one thread each
+    (`fitting/replicates.py`): the numbers of `--threads 1`."""
+    from spanlift.platform.fitting.replicates import Replicates, fit_side_by_side
+
+    shared = Replicates(args.backbone, options, roles(args), args.cache, args.out, settings)
+    print(f"fitting {len(seeds)} replicates, {jobs} side by side, one torch thread each")
+    return fit_side_by_side(spec, shared, seeds, jobs)
 
 
 def fit_runs(args: argparse.Namespace) -> Any:
@@ -252,19 +364,23 @@ def check_seeds(seeds: list[int]) -> list[int]:
 
 
 def resolution_line(rows: list[Any], seeds: int) -> str | None:
-    """What the validation seeds resolve (`fit.validation_resolves`, the range over replicates),
-    e.g. `validation: 8192 seeds resolve a gain of 2.1% over the starting state (…)`; None when
-    no fit recorded it (nothing fitted)."""
-    found = sorted(
-        r.fitted.validation_resolves
-        for r in rows
-        if r.fitted is not None and r.fitted.validation_resolves is not None
-    )
+    """What the validation seeds the fits used resolve (`fit.validation_resolves`, the range over
+    replicates), e.g. `validation: 256 of 8192 seeds (added while a comparison was undecided)
+    resolve a gain of 4.1% over the starting state (…)`; None when no fit recorded it (nothing
+    fitted)."""
+    fitted = [r.fitted for r in rows if r.fitted is not None]
+    found = sorted(f.validation_resolves for f in fitted if f.validation_resolves is not None)
     if not found:
         return None
+    used = sorted({f.validation_seeds or seeds for f in fitted})
+    count = str(used[0]) if len(used) == 1 else f"{used[0]} to {used[-1]}"
+    if used != [seeds]:
+        count += f" of {seeds} seeds (added while a comparison was undecided)"
+    else:
+        count += " seeds"
     gain = f"{found[0]:.1%}" if found[0] == found[-1] else f"{found[0]:.1%} to {found[-1]:.1%}"
     return (
-        f"validation: {seeds} seeds resolve a gain of {gain} over the starting state "
+        f"validation: {count} resolve a gain of {gain} over the starting state "
         "(one paired standard error; fit.validation_resolves)"
     )
 
@@ -316,7 +432,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     )
     teacher = f"{DEFAULT_TEACHER.label()}, NFE {DEFAULT_TEACHER.nfe}"
     print(
-        f"\nEndpoint RMSE against the teacher ({teacher}) on {len(sets['validation'])} "
+        f"\nEndpoint RMSE against the teacher ({teacher}) on {args.validation_samples} "
         f"validation and {len(sets['test'])} held-out test seeds:"
     )
     print(format_table(rows))

@@ -30,6 +30,9 @@ class ResolvedConfiguration:
     workers: int = 1
     threads: int = 1
     device: str = "cpu"
+    validation_blocks: bool = False
+    """Whether the validation seeds came in blocks added while a comparison was undecided
+    (`sampling/validation_blocks.py`, as `spanlift fit` uses them); False: used whole."""
 
     def seed_range(self, role: str) -> range:
         first, stop = self.seeds[role]

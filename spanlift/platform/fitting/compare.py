@@ -17,7 +17,8 @@ from spanlift.platform.fitting.fit import FitResult, FitSettings, fit
 from spanlift.platform.results.fit_cache import FitCache, Fitted
 from spanlift.platform.sampling.sample_grid import save_sample_grid
 from spanlift.platform.sampling.score import Score, score
-from spanlift.platform.sampling.teacher import TeacherSet, teacher_for
+from spanlift.platform.sampling.teacher import TeacherSet, supervision_sigmas, teacher_for
+from spanlift.platform.sampling.validation_blocks import ValidationBlocks, first_block
 from spanlift.platform.tracking.fit_clock import FitClock
 from spanlift.solvers import Solver, SolverSpec, read_checkpoint, save_solver
 from spanlift.solvers.loading import build
@@ -45,10 +46,11 @@ def fit_spec(
     settings: FitSettings,
     workdir: Path,
     progress: bool = True,
-    validation: TeacherSet | None = None,
+    validation: TeacherSet | ValidationBlocks | None = None,
 ) -> Fitted:
     """The solver of `spec`, fitted on `train` if it has parameters (a base it needs first), its
-    kept state chosen on `validation` (default: a held-out part of `train`, `FitSettings`).
+    kept state chosen on `validation` (default: a held-out part of `train`, `FitSettings`;
+    `ValidationBlocks`: seeds added while a comparison is undecided).
 
     Fitted solvers are kept in the fit cache in `workdir`, so a base or solver already fitted
     the same way, by this comparison or an earlier one, is loaded, not fitted again.
@@ -57,13 +59,35 @@ def fit_spec(
 
     def fit_here(solver: Solver, out: Path) -> Fitted:
         teacher = teacher_for(solver, train, backbone, cache)
-        held = None if validation is None else teacher_for(solver, validation, backbone, cache)
+        held = held_out_for(solver, validation, backbone, cache)
         result = fit(solver, backbone, teacher, settings, progress=progress, validation=held)
         save_solver(out, solver, metadata=fit_record(result, settings, solver))
         return Fitted.from_checkpoint(solver, out, result.seconds)
 
     configuration = fit_configuration(spec, backbone, train, settings, validation)
     return FitCache(workdir, configuration).fitted(spec, backbone, fit_here)
+
+
+def held_out_for(
+    solver: Solver,
+    validation: TeacherSet | ValidationBlocks | None,
+    backbone: Backbone,
+    cache: Path,
+) -> TeacherSet | ValidationBlocks | None:
+    """The validation seeds with what the solver is supervised by (`teacher_for`): a
+    trajectory-supervised solver's blocks carry the teacher's states at its grid."""
+    if isinstance(validation, ValidationBlocks):
+        sigmas = supervision_sigmas(solver)
+        return validation.with_states(sigmas) if sigmas else validation
+    return None if validation is None else teacher_for(solver, validation, backbone, cache)
+
+
+def validation_digest(validation: TeacherSet | ValidationBlocks) -> str:
+    """The identity of a fit's validation seeds: a set's (`set_digest`; blocks of one block,
+    that block's), else the blocks' keys."""
+    if isinstance(validation, ValidationBlocks) and validation.count > 1:
+        return validation.digest()
+    return set_digest(first_block(validation))
 
 
 def set_digest(teacher: TeacherSet) -> str:
@@ -79,11 +103,12 @@ def fit_configuration(
     backbone: Backbone,
     train: TeacherSet,
     settings: FitSettings,
-    validation: TeacherSet | None = None,
+    validation: TeacherSet | ValidationBlocks | None = None,
 ) -> Configuration:
     """What produces `spec`'s fitted weights here: the backbone, the training (and validation)
     teacher sets, the fit settings."""
-    sets = set_digest(train) + ("" if validation is None else f"|{set_digest(validation)}")
+    held = "" if validation is None else f"|{validation_digest(validation)}"
+    sets = set_digest(train) + held
     return Configuration(
         backbone.identity(),
         {},
@@ -96,7 +121,8 @@ def fit_configuration(
 def fit_record(result: FitResult, settings: FitSettings, solver: Solver) -> dict:
     """What a fitted checkpoint keeps of its fit: settings, curves (the validation loss with the
     fit seconds of each point), the kept iteration, how long it ran and what ended it, the states
-    it kept on its way (`FitResult.kept`), a two-stage fit's base fit seconds, and the gain its validation seeds resolve."""
+    it kept on its way (`FitResult.kept`), a two-stage fit's base fit seconds, the gain its
+    validation seeds resolve and how many it used."""
     return {
         "fit": settings.to_dict(),
         "losses": result.losses,
@@ -110,6 +136,7 @@ def fit_record(result: FitResult, settings: FitSettings, solver: Solver) -> dict
         "kept_states": result.kept,
         "base_fit_seconds": base_fit_seconds(solver.spec),
         "validation_resolves": result.validation_resolves,
+        "validation_seeds": result.validation_seeds,
     }
 
 
@@ -133,17 +160,19 @@ def compare(
     workdir: Path,
     progress: bool = True,
     grid: Path | None = None,
-    validation: TeacherSet | None = None,
+    validation: TeacherSet | ValidationBlocks | None = None,
 ) -> list[Row]:
     """Fit where learnable (kept state chosen on `validation`), then score each spec on `test`
-    (and `validation`); optionally save a PNG of samples."""
+    (and on `validation`, its first block for `ValidationBlocks`); optionally save a PNG of
+    samples."""
     for spec in specs:  # every spec is checked before any work starts
         build(spec, backbone)
     rows, samples = [], {}
     for spec in specs:
         fitted = fit_spec(spec, backbone, train, settings, workdir, progress, validation)
         checkpoint = str(fitted.path or "")
-        result, images = score(fitted.solver, backbone, test, validation=validation)
+        held = first_block(validation)
+        result, images = score(fitted.solver, backbone, test, validation=held)
         rows.append(
             Row(
                 spec.label(),

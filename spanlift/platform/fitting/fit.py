@@ -22,7 +22,14 @@ comparison,
 
 and among the states that do, the fit keeps the one of lowest validation loss; when none does, it
 keeps its starting state (so a solver that starts as its base, like SpanLift, never ends
-significantly worse than its base on seeds it never saw). Each state the fit keeps on its way is
+significantly worse than its base on seeds it never saw). Validation seeds given as
+`ValidationBlocks` are used block by block (`judged`): a state is measured on the first block
+(256 seeds), which the validation curve reports, and the sequential test of `sequential.py`
+decides whether it gains over the starting state and is better than the kept one, adding blocks
+(the starting and the kept state measured on each) while it is undecided and applying the rule
+above (lowest loss, one standard error over the start) at the last; a
+validation set given whole is one block, decided by the rule above. Each state the fit keeps on
+its way is
 kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
 state first, at 0 s), at most `MAX_KEPT` of them (`keep_state`); the time of every validation is
 in `FitResult.validation_seconds`. With these, the states a fit would have ended with had it
@@ -62,11 +69,23 @@ from spanlift.platform.fitting.memory import VALIDATION_BATCH, MemoryPlan, check
 from spanlift.platform.fitting.memory_plan import memory_plan
 from spanlift.platform.fitting.optimization import Optimization
 from spanlift.platform.fitting.resolution import resolves, warn_if_coarse
+from spanlift.platform.fitting.sequential import (
+    GAIN,
+    NO_GAIN,
+    UNDECIDED,
+    early_decision,
+    early_order,
+)
 from spanlift.platform.fitting.settings import Best, FitResult, FitState, Objective, Report
 from spanlift.platform.fitting.settings import FitSettings as FitSettings
 from spanlift.platform.sampling.model_statistics import model_statistics
 from spanlift.platform.sampling.rollout import on_device, solver_device
 from spanlift.platform.sampling.teacher import TeacherSet, supervision_sigmas
+from spanlift.platform.sampling.validation_blocks import (
+    SingleBlock,
+    ValidationBlocks,
+    as_blocks,
+)
 from spanlift.solvers import Solver
 
 DEFAULT_SETTINGS = FitSettings()
@@ -225,10 +244,31 @@ def keep_state(
 
 
 def validation_resolves(best: Best) -> float | None:
-    """The smallest relative gain over the starting state the kept-state rule resolves on these
-    validation seeds (`resolution.resolves` of the starting state's group losses); None without
-    validation seeds."""
-    return None if best.get("start") is None else resolves(best["start"], NOISE_MULTIPLE)
+    """The smallest relative gain over the starting state the kept-state rule resolves on the
+    validation seeds the fit used (`resolution.resolves` of the starting state's group losses
+    on every block it was measured on); None without validation seeds."""
+    start = best.get("start")
+    if start is None:
+        return None
+    return resolves(torch.cat(start) if isinstance(start, list) else start, NOISE_MULTIPLE)
+
+
+def seeds_used(best: Best, blocks: "ValidationBlocks | SingleBlock | None") -> int | None:
+    """The validation seeds of the blocks the fit used (those the starting state was measured
+    on); None without validation seeds."""
+    if blocks is None or best.get("start") is None:
+        return None
+    return sum(blocks.size(j) for j in range(len(in_blocks(best)["start"])))
+
+
+def resolution_at_cap(
+    best: Best, blocks: "ValidationBlocks | SingleBlock"
+) -> tuple[float | None, int]:
+    """What all the validation seeds would resolve, scaled from the first block's resolution
+    as 1/√n (`resolution.py`), and their number."""
+    first, seeds = validation_resolves(best), blocks.size(0)
+    total = sum(blocks.size(j) for j in range(blocks.count))
+    return (None if first is None else first * math.sqrt(seeds / total)), total
 
 
 def state_copy(solver: Solver) -> dict[str, torch.Tensor]:
@@ -269,12 +309,13 @@ def fit(
     report: Report | None = None,
     progress: bool = True,
     resume: FitState | None = None,
-    validation: TeacherSet | None = None,
+    validation: TeacherSet | ValidationBlocks | None = None,
 ) -> FitResult:
     """Train the solver's trainable parameters to match the teacher (module docstring); the
     solver ends with the kept state: the best validation state that earned its place, else its
     starting state. `validation`: the seeds that choose it (default: the last `settings.validation`
-    of the teacher set, held out from training)."""
+    of the teacher set, held out from training; `ValidationBlocks`: seeds added while the
+    comparison is undecided, `sequential.py`)."""
     with deterministic_algorithms(settings.deterministic):
         return fit_steps(solver, backbone, teacher, settings, report, progress, resume, validation)
 
@@ -287,7 +328,7 @@ def fit_steps(
     report: Report | None,
     progress: bool,
     resume: FitState | None,
-    validation: TeacherSet | None,
+    validation: TeacherSet | ValidationBlocks | None,
 ) -> FitResult:
     """`fit`'s loop."""
     params = trainable(solver)
@@ -296,6 +337,7 @@ def fit_steps(
         train, validation = split_validation(teacher, settings.validation)
     else:
         train = teacher
+    blocks = None if validation is None else as_blocks(validation)
     if settings.patience and validation is None:
         raise SettingsError(
             f"fit setting patience ({settings.patience}) needs validation seeds; this fit has none"
@@ -310,16 +352,13 @@ def fit_steps(
         steps = Optimization.set_up(solver, params, train, settings, plan)
         result = FitResult(memory=plan.params())
         if resume:
-            best = steps.restore(solver, resume, result)
+            best = in_blocks(steps.restore(solver, resume, result))
         else:
-            best = starting_best(solver, loss, validation, settings, result, plan.rollout_batch)
+            best = starting_best(solver, loss, blocks, settings, result, plan.rollout_batch)
             result.seconds = time.perf_counter() - started  # where `update_loop`'s clock goes on
-            if validation is not None:
-                warn_if_coarse(validation_resolves(best), len(validation))
-        result.validation_resolves = validation_resolves(best)
-        update_loop(
-            solver, steps, loss, train, validation, settings, report, progress, best, result
-        )
+            if blocks is not None:
+                warn_if_coarse(*resolution_at_cap(best, blocks))
+        update_loop(solver, steps, loss, train, blocks, settings, report, progress, best, result)
     if not all(torch.isfinite(p).all() for p in params):
         raise TrainingDivergedError(
             f"fit of {solver.spec.label()} left non-finite parameters; lower lr"
@@ -332,7 +371,7 @@ def update_loop(
     steps: "Optimization",
     loss: Objective,
     train: TeacherSet,
-    validation: TeacherSet | None,
+    validation: "ValidationBlocks | SingleBlock | None",
     settings: FitSettings,
     report: Report | None,
     progress: bool,
@@ -384,37 +423,159 @@ def update_loop(
     result.seconds = time.perf_counter() - start
     result.best_iteration = best["iteration"]
     result.stopped_by = result.stopped_by or "cap"
+    result.validation_resolves = validation_resolves(best)
+    result.validation_seeds = seeds_used(best, validation)
 
 
 def validated(
     solver: Solver,
     loss: Objective,
-    validation: TeacherSet,
+    blocks: "ValidationBlocks | SingleBlock",
     steps: "Optimization",
     done: int,
     start: float,
     best: Best,
     result: FitResult,
 ) -> tuple[Best, float]:
-    """The held-out loss after `done` updates (recorded in `result` with its fit seconds since
-    `start`), the state kept when it earns its place, and the stopping rule's count."""
-    groups = validation_losses(solver, loss, validation, steps.plan.rollout_batch)
-    value = result.validation[done] = mean_loss(groups, validation)
+    """The held-out loss after `done` updates, on the first block of validation seeds (recorded
+    in `result` with its fit seconds since `start`), the state kept when it earns its place
+    (`judged`), and the stopping rule's count."""
+    later, kept, best = judged(solver, loss, blocks, best, steps.plan.rollout_batch)
+    value = result.validation[done] = mean_loss(later[0], blocks.block(0))
     seconds = result.validation_seconds[done] = time.perf_counter() - start
-    if value < best["loss"] and earns_its_place(best["start"], groups):
-        best = {**best, "iteration": done, "loss": value, "state": state_copy(solver)}
+    if kept:
+        state = state_copy(solver)
+        best = {**best, "iteration": done, "loss": value, "state": state, "kept_groups": later}
         keep_state(result, done, seconds, best["loss"], best["state"])
-    return patience_counted(best, groups), value
+    return patience_counted(best, later), value
 
 
-def patience_counted(best: Best, groups: Tensor) -> Best:
+def judged(
+    solver: Solver,
+    loss: Objective,
+    blocks: "ValidationBlocks | SingleBlock",
+    best: Best,
+    batch: int,
+) -> tuple[list[Tensor], bool, Best]:
+    """The solver's group losses on each block its choice needed, whether its state is kept,
+    and `best` with the starting and kept states' losses on the blocks added: block by block
+    until `verdict` decides (`sequential.py`)."""
+    later: list[Tensor] = []
+    while True:
+        best = covering(solver, loss, blocks, best, len(later), batch)
+        later.append(validation_losses(solver, loss, blocks.block(len(later)), batch))
+        decided = verdict(best, later, blocks)
+        if decided != UNDECIDED:
+            return later, decided == GAIN, best
+
+
+def verdict(best: Best, later: list[Tensor], blocks: "ValidationBlocks | SingleBlock") -> str:
+    """GAIN (keep the later state), NO_GAIN or UNDECIDED on the first len(later) blocks: it must
+    gain over the starting state (`compared`) and, when another state is kept, be better than
+    it (`ordered`)."""
+    used = len(later)
+    start_kept = best.get("kept_groups") is None
+    if start_kept and used == blocks.count and not lower(later, best["start"][:used], blocks):
+        return NO_GAIN  # the fixed rule: lower than the kept state, here the starting one
+    over_start = compared(best["start"][:used], later, blocks.count)
+    if best.get("kept_groups") is None or over_start == NO_GAIN:
+        return over_start
+    over_kept = ordered(best["kept_groups"][:used], later, blocks)
+    if over_kept != GAIN:
+        return over_kept
+    return over_start
+
+
+def compared(start: list[Tensor], later: list[Tensor], looks: int) -> str:
+    """GAIN, NO_GAIN or UNDECIDED for a later state against the starting state on the first
+    len(later) blocks: the sequential test's early look, or at the last the fixed-sample rule
+    (`earns_its_place`)."""
+    joined_start, joined_later = torch.cat(start), torch.cat(later)
+    if len(later) < looks:
+        return early_decision(joined_start, joined_later, looks)
+    return GAIN if earns_its_place(joined_start, joined_later) else NO_GAIN
+
+
+def ordered(
+    kept: list[Tensor], later: list[Tensor], blocks: "ValidationBlocks | SingleBlock"
+) -> str:
+    """GAIN when the later state is better than the kept one on the first len(later) blocks,
+    NO_GAIN when not, UNDECIDED while the sequential test cannot tell; at the last look, the
+    lower mean loss."""
+    if len(later) < blocks.count:
+        return early_order(torch.cat(kept), torch.cat(later), blocks.count)
+    return GAIN if lower(later, kept, blocks) else NO_GAIN
+
+
+def lower(
+    later: list[Tensor], other: list[Tensor], blocks: "ValidationBlocks | SingleBlock"
+) -> bool:
+    """Whether the later state's mean loss is below the other's on the same blocks."""
+    return blocks_mean(later, blocks) < blocks_mean(other, blocks)
+
+
+def blocks_mean(groups: list[Tensor], blocks: "ValidationBlocks | SingleBlock") -> float:
+    """The mean loss over the seeds of the first len(groups) blocks, from their group losses."""
+    sizes = [blocks.size(j) for j in range(len(groups))]
+    means = [mean_loss(g, blocks.block(j)) for j, g in enumerate(groups)]
+    if len(means) == 1:
+        return means[0]
+    return sum(m * n for m, n in zip(means, sizes, strict=True)) / sum(sizes)
+
+
+def covering(
+    solver: Solver,
+    loss: Objective,
+    blocks: "ValidationBlocks | SingleBlock",
+    best: Best,
+    index: int,
+    batch: int,
+) -> Best:
+    """`best` with the starting and the kept state's group losses on blocks 0 … `index`, those
+    missing computed from their weights (the block generated when it is new)."""
+    start = list(best["start"])
+    while len(start) <= index:
+        start.append(
+            losses_with(solver, best["start_state"], loss, blocks.block(len(start)), batch)
+        )
+    kept = best.get("kept_groups")
+    kept = None if kept is None else list(kept)
+    while kept is not None and len(kept) <= index:
+        kept.append(losses_with(solver, best["state"], loss, blocks.block(len(kept)), batch))
+    return {**best, "start": start, "kept_groups": kept}
+
+
+def losses_with(
+    solver: Solver, state: dict[str, Tensor], loss: Objective, block: TeacherSet, batch: int
+) -> Tensor:
+    """`validation_losses` of the solver with the weights `state`; its own weights after."""
+    own = state_copy(solver)
+    solver.load_state_dict(state)
+    try:
+        return validation_losses(solver, loss, block, batch)
+    finally:
+        solver.load_state_dict(own)
+
+
+def patience_counted(best: Best, groups: list[Tensor]) -> Best:
     """`best` with the stopping rule's count after a validation of these group losses: reset
     when they beat the last state that gained (at first the starting state) by more than the
-    noise (`earns_its_place`), else one more validation without a gain."""
+    noise (`earns_its_place`, on the blocks both were measured on), else one more validation
+    without a gain."""
     gained = best.get("gained", best["start"])
-    if earns_its_place(gained, groups):
+    used = min(len(gained), len(groups))
+    if earns_its_place(torch.cat(gained[:used]), torch.cat(groups[:used])):
         return {**best, "gained": groups, "stale": 0}
     return {**best, "gained": gained, "stale": best.get("stale", 0) + 1}
+
+
+def in_blocks(best: Best) -> Best:
+    """A resumed fit's `best` with its group losses as lists of blocks (a state saved before
+    validation came in blocks held one tensor each)."""
+    lists = {
+        name: [best[name]] for name in ("start", "gained") if isinstance(best.get(name), Tensor)
+    }
+    return {**best, **lists}
 
 
 def trainable(solver: Solver) -> list[torch.nn.Parameter]:
@@ -445,19 +606,27 @@ def prepare(
 def starting_best(
     solver: Solver,
     loss: Objective,
-    validation: TeacherSet | None,
+    blocks: "ValidationBlocks | SingleBlock | None",
     settings: FitSettings,
     result: FitResult,
     batch: int = VALIDATION_BATCH,
 ) -> Best:
-    """The best state before the first update: the starting state scored on the validation set
-    (`batch` seeds at a time), or, with nothing held out, a placeholder for the last state."""
-    if validation is None:
+    """The best state before the first update: the starting state scored on the first block of
+    validation seeds (`batch` seeds at a time), or, with nothing held out, a placeholder for the
+    last state."""
+    if blocks is None:
         keep_state(result, 0, 0.0, math.nan, state_copy(solver))
         return {"iteration": settings.iterations, "loss": math.inf, "state": None, "start": None}
-    start = validation_losses(solver, loss, validation, batch)
-    result.validation[0] = mean_loss(start, validation)
+    start = validation_losses(solver, loss, blocks.block(0), batch)
+    result.validation[0] = mean_loss(start, blocks.block(0))
     result.validation_seconds[0] = 0.0  # before the fit's clock starts
     state = state_copy(solver)
     keep_state(result, 0, 0.0, result.validation[0], state)
-    return {"iteration": 0, "loss": result.validation[0], "state": state, "start": start}
+    return {
+        "iteration": 0,
+        "loss": result.validation[0],
+        "state": state,
+        "start": [start],
+        "start_state": state,
+        "kept_groups": None,
+    }

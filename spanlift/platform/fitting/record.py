@@ -31,6 +31,7 @@ from spanlift.platform.results.tracking import (
     seed_params,
 )
 from spanlift.platform.sampling.teacher import TeacherSet
+from spanlift.platform.sampling.validation_blocks import ValidationBlocks
 from spanlift.platform.tracking.per_sample import write_errors
 from spanlift.platform.tracking.runs import REPLICATE_PARAM, ConfigurationRuns, run_name
 
@@ -82,6 +83,7 @@ class FitRecording:
             seeds={role: [seeds.start, seeds.stop] for role, seeds in self.seeds.items()},
             fit=settings.to_dict(),
             threads=torch.get_num_threads(),
+            validation_blocks=isinstance(self.sets["validation"], ValidationBlocks),
         )
 
 

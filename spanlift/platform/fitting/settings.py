@@ -181,6 +181,9 @@ class FitResult:
     validation_resolves: float | None = None
     """The smallest relative gain over the starting state its validation seeds resolve
     (`resolution.py`); None without validation seeds."""
+    validation_seeds: int | None = None
+    """The validation seeds its comparisons used (blocks are added while one is undecided,
+    `sequential.py`); None without validation seeds."""
     memory: dict[str, Any] = field(default_factory=dict)
     """The memory plan it ran with and, where measured, the peak of its first update
     (`MemoryPlan.params`, `fit.memory.measured_peak_mib`)."""
@@ -204,5 +207,8 @@ validation loss `val_loss` (NaN without validation seeds) and the solver's weigh
 Best = dict[str, Any]
 """The kept state so far: its iteration, its validation loss and the solver's weights (None
 while the starting state is kept without a copy), and the starting state's group losses
-(`start`) every later state is compared with; for the stopping rule, the group losses of the
-last state that gained (`gained`) and the validations since (`stale`)."""
+(`start`, one tensor per block of validation seeds) every later state is compared with, the
+starting state's weights (`start_state`, to measure it on blocks added later) and the kept
+state's group losses by block (`kept_groups`; None while it is the starting state); for the
+stopping rule, the group losses of the last state that gained (`gained`) and the validations
+since (`stale`)."""

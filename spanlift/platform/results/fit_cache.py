@@ -51,6 +51,7 @@ class Fitted:
     base_seconds: float = 0.0  # a two-stage fit's base fit seconds, as its checkpoint records
     validation_resolves: float | None = None  # the relative gain its validation seeds resolve
     checkpoint_seconds: float = 0.0  # what the fit that made the checkpoint took, base included
+    validation_seeds: int | None = None  # the validation seeds its comparisons used
 
     @classmethod
     def from_checkpoint(
@@ -81,6 +82,7 @@ class Fitted:
             FitClock.of(metadata).base,
             metadata.get("validation_resolves"),
             FitClock.of(metadata).total,
+            metadata.get("validation_seeds"),
         )
 
     @property
@@ -98,6 +100,8 @@ class Fitted:
         ran = {} if self.iterations_run is None else {"fit.iterations_run": self.iterations_run}
         if self.validation_resolves is not None:
             ran["fit.validation_resolves"] = self.validation_resolves
+        if self.validation_seeds is not None:
+            ran["fit.validation_seeds"] = self.validation_seeds
         if not self.seconds and self.checkpoint_seconds:
             ran["fit.cached_seconds"] = self.checkpoint_seconds
         if self.checkpoint_seconds:
