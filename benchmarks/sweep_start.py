@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -77,9 +78,9 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return stats.get(pid, (0, 0.0))[1], tree
 
 
-def stage_lines(sweep: str, folder: Path, num_cpus: int) -> tuple[float, list[tuple]]:
-    """`spanlift sweep` run in `folder`: its start, and (seconds, own CPU, tree CPU, line) for
-    each line it printed before the first configuration finished."""
+def stage_lines(sweep: str, folder: Path, num_cpus: int) -> tuple[float, list[tuple], list]:
+    """`spanlift sweep` run in `folder`: its start, (seconds, own CPU, tree CPU, line) for each
+    line it printed, and (seconds, own CPU, tree CPU) sampled as it ran."""
     command = [str(Path(sys.executable).parent / "spanlift"), "sweep", str(Path(sweep).resolve())]
     command += ["--storage", str(folder / "out"), "--tracking-uri", f"sqlite:///{folder}/m.db"]
     start = time.time()
@@ -90,12 +91,29 @@ def stage_lines(sweep: str, folder: Path, num_cpus: int) -> tuple[float, list[tu
         stderr=subprocess.STDOUT,
         text=True,
     )
+    samples: list[tuple[float, float, float]] = []
+    sampler = threading.Thread(target=sample_cpu, args=(process, start, samples), daemon=True)
+    sampler.start()
     lines = []
     for line in process.stdout:
         lines.append((time.time() - start, *cpu_seconds(process.pid), line.strip()[:70]))
     if process.wait():
         raise SystemExit("\n".join(line[-1] for line in lines))
-    return start, lines
+    sampler.join()
+    return start, lines, samples
+
+
+def sample_cpu(process: subprocess.Popen, start: float, samples: list) -> None:
+    """(seconds, own CPU, tree CPU) of `process` every 0.25 s until it ends."""
+    while process.poll() is None:
+        samples.append((time.time() - start, *cpu_seconds(process.pid)))
+        time.sleep(0.25)
+
+
+def cpu_at(samples: list[tuple[float, float, float]], wall: float) -> tuple[float, float]:
+    """The own and tree CPU seconds of the last sample taken by `wall`."""
+    taken = [s for s in samples if s[0] <= wall] or samples[:1]
+    return taken[-1][1], taken[-1][2]
 
 
 def first_trial(folder: Path, start: float) -> dict[str, float]:
@@ -116,14 +134,19 @@ def first_trial(folder: Path, start: float) -> dict[str, float]:
 
 def timeline(sweep: str, num_cpus: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        start, lines = stage_lines(sweep, Path(folder), num_cpus)
+        start, lines, samples = stage_lines(sweep, Path(folder), num_cpus)
         trial = first_trial(Path(folder), start)
     print(f"{'wall s':>7s} {'CPU s':>6s} {'tree':>6s}  line of `spanlift sweep {sweep}`")
     for wall, own, tree, line in lines:
         if line.startswith("·") or line.startswith("✓"):
             print(f"{wall:7.2f} {own:6.2f} {tree:6.2f}  {line}")
-    for name, seconds in trial.items():
-        print(f"{seconds:7.2f}  {name}")
+    for name, wall in trial.items():
+        at = (
+            ""
+            if name.startswith("its fit's")
+            else "{:6.2f} {:6.2f}  ".format(*cpu_at(samples, wall))
+        )
+        print(f"{wall:7.2f} {at or ' ' * 15}{name}")
 
 
 def main() -> None:
