@@ -1,6 +1,7 @@
 """`spanlift sweep`: a sweep YAML run as a Ray Tune experiment driven by Optuna.
 
-    validate YAML → reach MLflow → start/join Ray → check a trial fits → teacher (once, parallel)
+    validate YAML → reach MLflow (a local store opened beside Ray's start) → start/join Ray
+    → check a trial fits → teacher (once, parallel)
     → parent MLflow run → Tuner(OptunaSearch with the sweep's searcher, `searchers/`)
     → one child MLflow run per configuration → summary
 
@@ -14,6 +15,7 @@ is a parent run holding sweep.yaml and summary.json; its configurations are nest
 import os
 import re
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -66,7 +68,7 @@ from spanlift.platform.tracking.runs import (
     experiment_id,
     source_tags,
 )
-from spanlift.platform.tracking.store_uri import resolve_tracking_uri
+from spanlift.platform.tracking.store_uri import check_store, local_store, resolve_tracking_uri
 
 
 class FinalMetricOptunaSearch(OptunaSearch):
@@ -219,8 +221,9 @@ def run_sweep(
     if address:
         check_reachable(address)  # before anything is written
     uri = resolve_tracking_uri(tracking_uri, config.tracking_uri)
-    restore = open_stores(config, store, uri, resume, restart, stages)
+    experiment, restore = open_stores(config, store, uri, resume, restart, stages)
     config, concurrency = join_ray(config, root, address, num_cpus, verbose, stages)
+    experiment.result()  # made beside Ray's start; its error, if any, now
     teachers = teacher_stage(config, store, stages)
     runs = ConfigurationRuns(uri, config.experiment)
     tags = source_tags(f"spanlift sweep {path}")
@@ -245,18 +248,33 @@ def run_sweep(
 
 def open_stores(
     config: SweepConfig, store: Storage, uri: str, resume: bool, restart: bool, stages: Stages
-) -> bool:
-    """The MLflow experiment (made if new) and the sweep's stored state (checked against the
-    file, or started anew); whether Tune restores its experiment."""
+) -> tuple[Future, bool]:
+    """The MLflow experiment (made if new; `sweep_experiment`) and the sweep's stored state
+    (checked against the file, or started anew); whether Tune restores its experiment."""
     stages.configurations = expected_configurations(config)
     stages.begin(
         "opening the MLflow store",
         f"{stages.configurations} configurations of sweep {config.experiment} will be recorded at {shown(uri)}",
     )
-    experiment_id(connect(uri), config.experiment, create=True)
+    experiment = sweep_experiment(uri, config.experiment)
     restore = sync_sweep_state(store, config, resume, restart)
     stages.resumable = True
-    return restore
+    return experiment, restore
+
+
+def sweep_experiment(uri: str, name: str) -> Future:
+    """The id of the sweep's MLflow experiment `name` (made if new). A server is reached here,
+    before Ray starts, so one that does not answer is refused first; a local store, checked
+    here (`check_store`), is opened (made, on first contact) on a thread beside Ray's start."""
+    if local_store(uri) is None:
+        done: Future = Future()
+        done.set_result(experiment_id(connect(uri), name, create=True))
+        return done
+    check_store(uri)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="mlflow-store")
+    made = pool.submit(lambda: experiment_id(connect(uri), name, create=True))
+    pool.shutdown(wait=False)
+    return made
 
 
 def join_ray(
@@ -273,7 +291,8 @@ def join_ray(
         log_ray_to_file(root)
     where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
     stages.begin(where, "" if address else f"its logs: {root / 'ray-logs'}")
-    start_ray(address, root, num_cpus, verbose, dashboard=not config.resources.fits_in_trial)
+    dashboard = not config.resources.fits_in_trial
+    start_ray(address, root, num_cpus, verbose, dashboard)
     config = with_gpu_choice(config)
     evaluators = Reserved(*config.evaluator_actors()[:3])
     return config, check_fits(trial_bundle(config), evaluators, address is None)

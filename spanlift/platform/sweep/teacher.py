@@ -1,4 +1,5 @@
-"""A sweep's teacher sets: generated once, before any trial, in parallel Ray tasks.
+"""A sweep's teacher sets: generated once, before any trial, in parallel Ray tasks (an analytic
+backbone's in the driver, cheaper than a task's process).
 
 One entry per seed role (training, validation, test; `spanlift.seeds`). The seeds are cut into
 chunks; each Ray task loads the backbone and runs the teacher solver on its chunk (on a GPU when
@@ -107,6 +108,27 @@ def teacher_chunk(
     return part.endpoints.numpy(), None if part.states is None else part.states.numpy()
 
 
+def analytic(backbone: Backbone) -> bool:
+    """A backbone without parameters (a closed-form denoiser, e.g. the Gaussian mixture): its
+    teacher costs the driver milliseconds, less than starting a Ray task's process."""
+    return next(iter(backbone.parameters()), None) is None
+
+
+def generate_in_process(
+    config: SweepConfig, backbone: Backbone, seeds: Sequence[int], state_sigmas: tuple[float, ...]
+) -> TeacherSet:
+    """The teacher set generated here, on one thread as a Ray task of `generate_parallel` runs
+    (`num_cpus=1`), so its numbers are the tasks' own."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return generate_teacher(
+            backbone, seeds, config.teacher.solver, progress=False, state_sigmas=state_sigmas
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
 def generate_parallel(
     config: SweepConfig,
     backbone: Backbone,
@@ -115,6 +137,8 @@ def generate_parallel(
     gpus: float,
     state_sigmas: tuple[float, ...] = (),
 ) -> TeacherSet:
+    """The teacher set of `seeds` from `chunks` Ray tasks (`teacher_chunk`), each holding one CPU
+    and `gpus` GPUs."""
     teacher = config.teacher.solver
     pieces = [list(c) for c in np.array_split(np.asarray(seeds), chunks) if len(c)]
     task = teacher_chunk.options(num_cpus=1, num_gpus=gpus)
@@ -150,6 +174,18 @@ def generate_parallel(
     )
 
 
+def generate_on_ray(
+    config: SweepConfig, backbone: Backbone, seeds: Sequence[int], state_sigmas: tuple[float, ...]
+) -> TeacherSet:
+    """`generate_parallel` over the cluster: chunks of at least 64 seeds, two per GPU (else per
+    CPU), each task on a GPU where the cluster has one."""
+    resources = ray.cluster_resources()
+    workers = int(resources.get("GPU", 0)) or int(resources.get("CPU", 1))
+    gpus = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
+    chunks = max(1, min(len(seeds) // 64, 2 * workers))
+    return generate_parallel(config, backbone, seeds, chunks, gpus, state_sigmas)
+
+
 def trajectory_requests(config: SweepConfig, backbone: Backbone) -> set[tuple[float, ...]]:
     """The distinct σ grids at which the sweep's trajectory-supervised solvers are matched."""
     return {s for spec in config.trials() if (s := supervision_sigmas(build(spec, backbone)))}
@@ -161,12 +197,9 @@ def prepare_teachers(config: SweepConfig, storage: Storage) -> SweepTeachers:
     solvers need.
 
     Whatever is missing is generated in parallel passes over the union of the missing seeds: one
-    for the endpoint entries, one per distinct trajectory grid.
+    for the endpoint entries, one per distinct trajectory grid; an `analytic` backbone's, here.
     """
     backbone, teacher = load_backbone(config.backbone, **config.backbone_options), config.teacher
-    resources = ray.cluster_resources()
-    workers = int(resources.get("GPU", 0)) or int(resources.get("CPU", 1))
-    gpus = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
     generated: list[bool] = []
 
     def entries(roles: dict[str, range], state_sigmas: tuple[float, ...] = ()) -> dict[str, Path]:
@@ -178,8 +211,11 @@ def prepare_teachers(config: SweepConfig, storage: Storage) -> SweepTeachers:
         missing = [role for role, folder in folders.items() if not storage.exists(folder)]
         if missing:
             seeds = [s for role in missing for s in roles[role]]
-            chunks = max(1, min(len(seeds) // 64, 2 * workers))
-            result = generate_parallel(config, backbone, seeds, chunks, gpus, state_sigmas)
+            result = (
+                generate_in_process(config, backbone, seeds, state_sigmas)
+                if analytic(backbone)
+                else generate_on_ray(config, backbone, seeds, state_sigmas)
+            )
             start = 0
             for role in missing:
                 part = result.subset(slice(start, start + len(roles[role])))
