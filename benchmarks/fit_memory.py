@@ -96,10 +96,10 @@ from spanlift.platform.fitting.memory_plan import (
     loss_cost,
     probe_backbone,
     probe_solver,
-    timed,
     weights_of,
 )
 from spanlift.platform.fitting.optimization import Optimization
+from spanlift.platform.fitting.update_cost import timed
 from spanlift.platform.sampling.teacher import TeacherSet
 from spanlift.platform.sampling.tensor_memory import (
     MARGIN,
@@ -521,7 +521,7 @@ def untimed_probe(
     plain = call_cost(call, x, weights, device)
     with torch.no_grad():
         nograd = device_peak(device, lambda: call(x))
-    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), (0.0, 0.0))
+    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), 0)
 
 
 def full_depth(reduced: BackboneProbe, blocks: dict[str, BlockFigures]) -> BackboneProbe:
@@ -531,8 +531,7 @@ def full_depth(reduced: BackboneProbe, blocks: dict[str, BlockFigures]) -> Backb
     recomputed = reduced.blocks.kept + sum(n * blocks[p].inputs for p, n in extra.items())
     call = CallCost(kept, kept + reduced.call.peak - reduced.call.kept)
     by_block = CallCost(recomputed, recomputed + reduced.blocks.peak - reduced.blocks.kept)
-    seconds = reduced.seconds
-    return BackboneProbe(call, by_block, reduced.nograd, reduced.input, seconds)
+    return BackboneProbe(call, by_block, reduced.nograd, reduced.input, reduced.fixed_rows)
 
 
 def released_weights() -> dict[str, int]:

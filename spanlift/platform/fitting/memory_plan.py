@@ -20,15 +20,14 @@ for EPD's K points), r: rows of one call, C: calls per rollout. Without gradient
 validation rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
 
 `auto` keeps the settings whose predicted peak fits the free memory of the device with a margin
-and whose time is least by a cost measured in the same probe: a call of b rows takes
-t(b) = t_0 + b · t_1 (two timed calls), so an update of B samples in passes of b takes
-R · (⌈B/b⌉ · t_0 + B · t_1), times 4/3 when each call is computed again in backward (one more
-forward beside forward and backward). On a CPU t_0 ≈ 0 and passes cost nothing extra; on a GPU
-a small network at batch 1 is mostly t_0, so recomputing beats splitting.
+and whose counted work is least (`update_cost.py`: forwards per call, one more for a recomputed
+call, and a call's fixed time in rows measured on a GPU and rounded, 0 on a CPU), ties broken
+in a fixed order: the same probe names the same settings whatever the timings' noise. On a CPU
+passes cost nothing extra and the plain pass is the cheapest that fits; on a GPU a small network
+at batch 1 is mostly fixed time, so recomputing beats splitting.
 """
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,6 +47,7 @@ from spanlift.platform.fitting.memory import (
     stateful,
 )
 from spanlift.platform.fitting.optimization import rank_batch
+from spanlift.platform.fitting.update_cost import FORWARDS, fixed_rows, update_work
 from spanlift.platform.sampling.rollout import on_device, solver_device
 from spanlift.platform.sampling.teacher import TeacherSet
 from spanlift.platform.sampling.tensor_memory import (
@@ -58,10 +58,6 @@ from spanlift.platform.sampling.tensor_memory import (
     saved_for_backward,
 )
 from spanlift.solvers import Solver
-
-RECOMPUTE_COST = 4 / 3
-"""An update's time with every call computed again in backward, against without (forward,
-backward, and one more forward)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +86,8 @@ class BackboneProbe:
     """Peak bytes of the call without gradients."""
     input: int
     """Bytes of the call's input, what a recomputed call keeps."""
-    seconds: tuple[float, float]
-    """(t_0, t_1): a call's fixed and per-row seconds."""
+    fixed_rows: int
+    """A call's fixed time, in rows of its per-row time (`update_cost.py`)."""
 
 
 @dataclass(frozen=True)
@@ -136,11 +132,10 @@ class FitProbe:
         """Predicted bytes of a rollout without gradients of `samples` samples."""
         return samples * (self.solver.rows_per_call * self.backbone.nograd + self.solver.nograd)
 
-    def seconds_per_update(self, checkpoint: str, batch: int, samples: int) -> float:
-        """The cost model's time of an update of `batch` in passes of `samples`."""
-        fixed, per_row = self.backbone.seconds
-        calls = self.solver.rows * (math.ceil(batch / samples) * fixed + batch * per_row)
-        return calls * (RECOMPUTE_COST if checkpoint != "none" else 1.0)
+    def work(self, checkpoint: str, batch: int, samples: int) -> float:
+        """The counted work of an update of `batch` in passes of `samples` (`update_cost.py`)."""
+        rows, fixed = self.solver.rows, self.backbone.fixed_rows
+        return update_work(checkpoint, rows, batch, samples, fixed)
 
 
 def choose(
@@ -149,9 +144,10 @@ def choose(
     """(checkpoint, samples per pass) of the cheapest plan among `checkpoints` × `sizes` whose
     predicted peak is within `budget`; a SettingsError naming what one sample needs when none
     is."""
+    order = list(FORWARDS)
     options = [
-        (probe.seconds_per_update(checkpoint, batch, samples), rank, -samples, checkpoint)
-        for rank, checkpoint in enumerate(checkpoints)
+        (probe.work(checkpoint, batch, samples), order.index(checkpoint), -samples, checkpoint)
+        for checkpoint in checkpoints
         for samples in sizes
         if probe.peak(checkpoint, samples) <= budget
     ]
@@ -163,7 +159,7 @@ def choose(
             f"{budget / 2**30:.2f} GiB are free to plan (free memory less {MARGIN:.0%}): use a "
             "device with more memory, or precision bfloat16"
         )
-    _, _, fewest, checkpoint = min(options)  # ties: the earlier checkpoint, then fewer passes
+    _, _, fewest, checkpoint = min(options)  # ties: FORWARDS' order, then fewer passes
     samples = -fewest
     return checkpoint, samples
 
@@ -201,16 +197,6 @@ def memory_plan(
         chosen_by="auto",
         predicted_peak=probe.peak(checkpoint, samples),
     )
-
-
-def timed(device: torch.device, run: Callable[[], Any]) -> float:
-    """Wall seconds of `run()`, the device's queue drained before and after."""
-    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda: None
-    synchronize()
-    start = time.perf_counter()
-    run()
-    synchronize()
-    return time.perf_counter() - start
 
 
 def call_cost(
@@ -270,10 +256,8 @@ def probe_backbone(
     plain = call_cost(call, x, weights, device)
     with torch.no_grad():
         nograd = device_peak(device, lambda: call(x))
-        one_row = timed(device, lambda: call(x))
-        two_rows = timed(device, lambda: call(torch.cat([x, x])))
-    seconds = (max(2 * one_row - two_rows, 0.0), max(two_rows - one_row, 0.0))
-    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), seconds)
+        fixed = fixed_rows(device, lambda rows: call(torch.cat([x] * rows)))
+    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), fixed)
 
 
 def probe_solver(solver: Solver, x: Tensor) -> SolverProbe:
