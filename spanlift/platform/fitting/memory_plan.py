@@ -8,16 +8,22 @@ the solver's own arithmetic over a whole rollout with the backbone replaced by a
 sample, and memory is linear in the samples of a pass, except what a call keeps whatever its
 batch: under autocast, the half-precision copies of float32 weights its ops save for backward
 (f: `tensor_memory.saved_for_backward`'s `fixed`, once per call). A quantity q measured at one
-sample is q' = q − f per sample, and for b samples per backward pass
+sample is q' = q − f per sample. For b samples per backward pass the peak is what is kept
+until backward plus the largest of what is live beside it at once:
 
-    none    b · (R · kept'_call + solver) + C · f_call + max(L(b), b · r · (peak_call − kept_call))
-    calls   b · (R · input      + solver)              + max(L(b), b · r · peak'_call + f_call)
-    blocks  b · (R · kept'_blk  + solver) + C · f_blk  + max(L(b), b · r · (peak_blk − kept_blk))
+    none    b · (R_g · kept'_call + kept_solver) + C_g · f_call + max(S, L, b · r · transient)
+    blocks  the same with the call's blocks recomputed (kept_blk, peak_blk)
+    calls   b · R · input + max(b · kept_solver + max(S, L), b · kept_before + call(b · r))
 
-with L(b) = b · peak'_loss + f_loss the loss through its backward, plus the optimizer's state
-for the solver's parameters; R: backbone rows per sample over the rollout (NFE, or K per call
-for EPD's K points), r: rows of one call, C: calls per rollout. Without gradients (the fit's
-validation rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
+with transient = peak_call − kept_call, S = b · (peak_solver − kept_solver) the solver's own, L = b · peak'_loss + f_loss
+the loss through its backward, call(n) = n · peak'_call + f_call a call through its backward, plus
+the optimizer's state for the solver's parameters. R: backbone rows per sample over the rollout
+(NFE, or K per call for EPD's K points), r: rows of one call, C: calls per rollout; R_g and C_g
+count only the calls autograd records (whose state or σ depends on the solver's parameters: a
+rollout's first call often does not). A recomputed call runs again in backward when the saved
+tensors of what followed it are freed: beside it lives what the rollout kept before its last
+recorded call (kept_before), not the rollout's peak. Without gradients (the fit's validation
+rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
 
 `auto` keeps the settings whose predicted peak fits the free memory of the device with a margin
 and whose counted work is least (`update_cost.py`: forwards per call, one more for a recomputed
@@ -102,8 +108,14 @@ class SolverProbe:
     """Rows per sample of the widest call (r)."""
     optimizer: int
     """Bytes of the trainable parameters' gradients and AdamW moments."""
-    calls: int = 1
+    calls: int
     """Backbone calls of a rollout (C)."""
+    recorded_rows: int
+    """Rows per sample of the calls autograd records (R_g)."""
+    recorded_calls: int
+    """Calls autograd records (C_g)."""
+    kept_before: int
+    """Bytes per sample the rollout has saved for backward when its last recorded call starts."""
 
 
 @dataclass(frozen=True)
@@ -117,16 +129,19 @@ class FitProbe:
     def peak(self, checkpoint: str, samples: int) -> int:
         """Predicted working bytes of an update in passes of `samples` (module docstring)."""
         model, solver = self.backbone, self.solver
-        call = model.blocks if checkpoint == "blocks" and model.blocks else model.call
         rows = samples * solver.rows_per_call
+        own = samples * (solver.rollout.peak - solver.rollout.kept)
+        rollout = samples * solver.rollout.kept
+        loss = self.loss.at(samples)
         if checkpoint == "calls":
-            kept = samples * solver.rows * model.input
-            transient = call.at(rows)
-        else:
-            kept = samples * solver.rows * (call.kept - call.fixed) + solver.calls * call.fixed
-            transient = rows * (call.peak - call.kept)
-        backward = max(self.loss.at(samples), transient)
-        return kept + samples * solver.rollout.peak + backward + solver.optimizer
+            inputs = samples * solver.rows * model.input
+            again = samples * solver.kept_before + model.call.at(rows)
+            return inputs + max(rollout + max(own, loss), again) + solver.optimizer
+        call = model.blocks if checkpoint == "blocks" and model.blocks else model.call
+        kept = samples * solver.recorded_rows * (call.kept - call.fixed)
+        kept += solver.recorded_calls * call.fixed + rollout
+        transient = rows * (call.peak - call.kept)
+        return kept + max(own, loss, transient) + solver.optimizer
 
     def rollout_peak(self, samples: int) -> int:
         """Predicted bytes of a rollout without gradients of `samples` samples."""
@@ -218,17 +233,30 @@ def call_cost(
     return CallCost(kept["bytes"], peak, kept["fixed"])
 
 
-def counted_rows(solver: Solver, x: Tensor) -> list[int]:
-    """The rows of each backbone call in one rollout from x (no gradients, a stand-in model)."""
-    rows: list[int] = []
+@dataclass(frozen=True)
+class StandInCall:
+    """One backbone call of a rollout with the stand-in model (`rollout_calls`)."""
 
-    def stand_in(state: Tensor, sigma: Tensor) -> Tensor:
-        rows.append(len(state))
-        return stand_in_model(state, sigma)
+    rows: int
+    recorded: bool
+    """Whether autograd records the call: its state or σ depends on the solver's parameters."""
+    kept_before: int
+    """Bytes the rollout had saved for backward when the call started."""
 
-    with torch.no_grad():
-        solver(stand_in, x)
-    return rows
+
+def rollout_calls(solver: Solver, x: Tensor) -> list[StandInCall]:
+    """The backbone calls of one rollout from x (x without gradients, as a fit's noise; the
+    stand-in model, the solver's parameters recording)."""
+    calls: list[StandInCall] = []
+    with saved_for_backward(list(solver.parameters())) as kept:
+
+        def stand_in(state: Tensor, sigma: Tensor) -> Tensor:
+            recorded = state.requires_grad or (isinstance(sigma, Tensor) and sigma.requires_grad)
+            calls.append(StandInCall(len(state), recorded, kept["bytes"]))
+            return stand_in_model(state, sigma)
+
+        solver(stand_in, x.detach())
+    return calls
 
 
 def stand_in_model(state: Tensor, sigma: Tensor) -> Tensor:
@@ -266,15 +294,19 @@ def probe_solver(solver: Solver, x: Tensor) -> SolverProbe:
     params = list(solver.parameters())
     with torch.no_grad():
         nograd = device_peak(device, lambda: solver(stand_in_model, x))
-    rows = counted_rows(solver, x)
+    calls = rollout_calls(solver, x)
+    recorded = [call for call in calls if call.recorded]
     trained = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
     return SolverProbe(
         rollout=call_cost(lambda state: solver(stand_in_model, state), x, params, device),
         nograd=nograd,
-        rows=max(1, sum(rows)),
-        rows_per_call=max(rows or [1]),
+        rows=max(1, sum(call.rows for call in calls)),
+        rows_per_call=max([call.rows for call in calls] or [1]),
         optimizer=3 * trained,
-        calls=max(1, len(rows)),
+        calls=max(1, len(calls)),
+        recorded_rows=sum(call.rows for call in recorded),
+        recorded_calls=len(recorded),
+        kept_before=max([call.kept_before for call in recorded] or [0]),
     )
 
 
