@@ -64,16 +64,14 @@ def gradients(spec, digits, teacher, checkpoint: str) -> dict[str, torch.Tensor]
     return {n: p.grad.clone() for n, p in solver.named_parameters() if p.grad is not None}
 
 
-def test_every_learned_family_has_the_plain_gradient_when_calls_or_blocks_are_recomputed(
-    digits, teacher
-):
+def test_every_learned_family_has_the_plain_gradient_whatever_backward_recomputes(digits, teacher):
     families = learned_families(digits)
     names = {spec.name for spec in families}
     assert {"dyweight", "spanlift", "ld3", "amed", "epd", "s4s_alt", "dlms"} <= names
     for spec in families:
         plain = gradients(spec, digits, teacher, "none")
         assert plain, spec
-        for checkpoint in ("calls", "blocks"):
+        for checkpoint in ("calls", "blocks", "selective"):
             again = gradients(spec, digits, teacher, checkpoint)
             assert again.keys() == plain.keys(), (spec, checkpoint)
             for name, grad in plain.items():
@@ -104,6 +102,14 @@ def test_recomputed_calls_keep_a_state_per_step_not_a_calls_activations(digits, 
         growth[checkpoint] = high - low
     assert growth["none"] > 20 * growth["calls"]
     assert growth["calls"] <= 3 * 8 * sample  # a handful of state-sized tensors per step
+
+
+def test_selective_recomputation_keeps_the_expensive_outputs_only(digits, teacher):
+    """Selective recomputation keeps the convolutions' and matmuls' outputs: less than the plain
+    fit keeps, more than a call's inputs alone."""
+    spec = SolverSpec("dyweight", 5)
+    kept = {c: kept_bytes(spec, digits, teacher, c) for c in ("none", "selective", "calls")}
+    assert kept["calls"] < kept["selective"] < 0.6 * kept["none"], kept
 
 
 def fitted(digits, teacher, **settings) -> torch.nn.Module:
@@ -174,7 +180,10 @@ def test_blocks_on_a_backbone_without_blocks_is_one_line(teacher):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"checkpoint": "layers"}, "checkpoint must be one of none, calls, blocks, auto"),
+        (
+            {"checkpoint": "layers"},
+            "checkpoint must be one of none, calls, blocks, selective, auto",
+        ),
         ({"precision": "fp8"}, "precision must be one of float32, bfloat16, float16"),
         ({"micro_batch": -1}, "micro_batch must be a non-negative integer"),
     ],
@@ -320,7 +329,7 @@ def test_the_predicted_peak_of_a_batch_is_within_15_percent_in_either_precision(
         assert probe.backbone.call.fixed > 0  # the copies, counted once per call
 
 
-@pytest.mark.parametrize("checkpoint", ["none", "calls", "blocks"])
+@pytest.mark.parametrize("checkpoint", ["none", "calls", "blocks", "selective"])
 def test_the_predicted_peak_of_a_fit_whose_solver_keeps_much_is_within_15_percent(
     digits, checkpoint
 ):

@@ -13,6 +13,7 @@ until backward plus the largest of what is live beside it at once:
 
     none    b · (R_g · kept'_call + kept_solver) + C_g · f_call + max(S, L, b · r · transient)
     blocks  the same with the call's blocks recomputed (kept_blk, peak_blk)
+    selective  the same with the call recomputed selectively (kept_sel, peak_sel)
     calls   b · R · input + max(b · kept_solver + max(S, L), b · kept_before + call(b · r))
 
 with transient = peak_call − kept_call, S = b · (peak_solver − kept_solver) the solver's own, L = b · peak'_loss + f_loss
@@ -50,6 +51,7 @@ from spanlift.platform.fitting.memory import (
     MemoryPlan,
     autocast_float32,
     blocks_recomputed,
+    recomputed,
     stateful,
 )
 from spanlift.platform.fitting.optimization import rank_batch
@@ -88,6 +90,8 @@ class BackboneProbe:
     call: CallCost
     blocks: CallCost | None
     """The call with its blocks recomputed; None for a backbone without blocks."""
+    selective: CallCost
+    """The call recomputed selectively (`memory.SAVED_OPS` kept)."""
     nograd: int
     """Peak bytes of the call without gradients."""
     input: int
@@ -137,7 +141,11 @@ class FitProbe:
             inputs = samples * solver.rows * model.input
             again = samples * solver.kept_before + model.call.at(rows)
             return inputs + max(rollout + max(own, loss), again) + solver.optimizer
-        call = model.blocks if checkpoint == "blocks" and model.blocks else model.call
+        call = model.call
+        if checkpoint == "blocks" and model.blocks:
+            call = model.blocks
+        if checkpoint == "selective":
+            call = model.selective
         kept = samples * solver.recorded_rows * (call.kept - call.fixed)
         kept += solver.recorded_calls * call.fixed + rollout
         transient = rows * (call.peak - call.kept)
@@ -151,6 +159,11 @@ class FitProbe:
         """The counted work of an update of `batch` in passes of `samples` (`update_cost.py`)."""
         rows, fixed = self.solver.rows, self.backbone.fixed_rows
         return update_work(checkpoint, rows, batch, samples, fixed)
+
+
+def candidate_checkpoints(blocks: bool) -> tuple[str, ...]:
+    """The checkpoints `auto` weighs: blocks only for a backbone that has them."""
+    return ("none", "selective", "calls", "blocks") if blocks else ("none", "selective", "calls")
 
 
 def choose(
@@ -199,7 +212,7 @@ def memory_plan(
     device = solver_device(solver)
     probe = probe_fit(solver, backbone, train, settings.precision, loss_fn)
     budget = int(free_bytes(device) * (1 - MARGIN))
-    checkpoints = ("none", "calls", "blocks") if blocks else ("none", "calls")
+    checkpoints = candidate_checkpoints(blocks)
     whole = settings.micro_batch or (batch if stateful(loss_fn) else 0)  # one pass per update
     sizes = [min(whole, batch)] if whole else halvings(batch)
     checkpoint, samples = choose(probe, batch, budget, checkpoints, sizes)
@@ -282,10 +295,11 @@ def probe_backbone(
         with blocks_recomputed(backbone.blocks()):
             blocks = call_cost(call, x, weights, device)
     plain = call_cost(call, x, weights, device)
+    selective = call_cost(recomputed(call, selective=True), x, weights, device)
     with torch.no_grad():
         nograd = device_peak(device, lambda: call(x))
         fixed = fixed_rows(device, lambda rows: call(torch.cat([x] * rows)))
-    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), fixed)
+    return BackboneProbe(plain, blocks, selective, nograd, x.numel() * x.element_size(), fixed)
 
 
 def probe_solver(solver: Solver, x: Tensor) -> SolverProbe:
