@@ -34,7 +34,7 @@ per memory setting, weights sized on the meta device at the released configurati
 
     python benchmarks/fit_memory.py [--only cifar,imagenet,sana,flux] [--device cpu|cuda]
         [--repeats 3] [--threads N] [--wide] [--batches 16,64] [--sana-batch 8]
-        [--settings none,selective,calls]
+        [--nfes 3,5] [--settings none,selective,calls]
 
 The default run: the CIFAR-10-size net at batch 1, 2, 4 × NFE 3, 5 with checkpoint none, calls,
 blocks and precision bfloat16, and at batch 4 also calls in bfloat16 and micro-batches of 2; the
@@ -426,13 +426,13 @@ def edm_model(name: str, config: Any, pixels: int, groups: list[Group], device: 
     return Model(name, backbone, "mse", {}, groups, "float32")
 
 
-def batch_groups(batches: list[int]) -> list[Group]:
-    """Every setting at each of `batches` × NFE 3, 5 (`--batches`: the batches a GPU fits at)."""
+def batch_groups(batches: list[int], nfes: tuple[int, ...] = (3, 5)) -> list[Group]:
+    """Every setting at each of `batches` × `nfes` (`--batches`: the batches a GPU fits at)."""
     settings = (PLAIN, CALLS, BLOCKS, SELECTIVE, HALF, HALF_CALLS)
     return [
         Group(batch, nfe, (*settings, Setting(micro_batch=max(batch // 2, 1))), 3)
         for batch in batches
-        for nfe in (3, 5)
+        for nfe in nfes
     ]
 
 
@@ -844,6 +844,7 @@ def main() -> None:
     p.add_argument(
         "--batches", help="comma-separated batches for the EDM-size nets, every setting at each"
     )
+    p.add_argument("--nfes", default="3,5", help="NFEs with --batches (comma-separated)")
     p.add_argument(
         "--settings", help="comma-separated settings to measure (labels: none,selective,calls…)"
     )
@@ -853,15 +854,16 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device, only = torch.device(args.device), set(args.only.split(","))
     batches = [int(b) for b in args.batches.split(",")] if args.batches else []
+    nfes = tuple(int(n) for n in args.nfes.split(","))
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as folder:
         dinov2 = save_dinov2(Path(folder) / "dinov2-base") if only & {"sana", "flux"} else None
         if "cifar" in only:
-            groups = batch_groups(batches) if batches else cifar_groups(args.wide)
+            groups = batch_groups(batches, nfes) if batches else cifar_groups(args.wide)
             model = edm_model("CIFAR-10-size U-Net", cifar10_size(), 32, groups, device)
             rows += measure_model(model, args.repeats, args.settings)
         if "imagenet" in only:
-            groups = batch_groups(batches) if batches else imagenet_groups(args.wide)
+            groups = batch_groups(batches, nfes) if batches else imagenet_groups(args.wide)
             model = edm_model("ImageNet-64-size U-Net", imagenet64_size(), 64, groups, device)
             rows += measure_model(model, args.repeats, args.settings)
         if "sana" in only:
