@@ -6,7 +6,7 @@ random-weight networks at their real architecture as benchmarks/backbone_latency
 the EDM CIFAR-10- and ImageNet-64-size U-Nets with the mse loss, SANA-600M at 512 px (CFG, bfloat16
 weights as sweeps/sana.yaml loads them) with the latent loss (DC-AE decode + a random DINOv2-base
 written by benchmarks/random_pipelines.py). Per batch, NFE and setting (checkpoint none / calls /
-blocks, precision float32 / bfloat16, micro_batch):
+blocks / selective, precision float32 / bfloat16, micro_batch):
 
 - peak: the most one update holds above what was allocated before it (the resident weights),
   the fit's first update, optimizer state included: `device_peak` (TensorPeak on the CPU,
@@ -22,7 +22,8 @@ blocks, precision float32 / bfloat16, micro_batch):
 The summary checks issue 40's targets: with checkpoint calls, kept bytes per sample grow from NFE 3
 to 5 by no more than the solver's own state (measured with a stand-in model that keeps nothing),
 and an update costs ≤ 1.35 × the plain one; the plain update ≤ 1.2 × NFE × f+b; the prediction
-within 15 % of the measured peak.
+within 15 % of the measured peak; with checkpoint selective an update costs ≤ 1.25 × the plain
+one by the process's CPU time and keeps ≤ 0.35 × its bytes per sample (beside calls' figures).
 
 FLUX.1-dev at 1024 px does not fit here: its widths with 1 double- and 1 single-stream block
 (bfloat16) give per-block kept and peak bytes, with and without recomputation, and the full depth
@@ -33,6 +34,7 @@ per memory setting, weights sized on the meta device at the released configurati
 
     python benchmarks/fit_memory.py [--only cifar,imagenet,sana,flux] [--device cpu|cuda]
         [--repeats 3] [--threads N] [--wide] [--batches 16,64] [--sana-batch 8]
+        [--nfes 3,5] [--settings none,selective,calls]
 
 The default run: the CIFAR-10-size net at batch 1, 2, 4 × NFE 3, 5 with checkpoint none, calls,
 blocks and precision bfloat16, and at batch 4 also calls in bfloat16 and micro-batches of 2; the
@@ -51,7 +53,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -87,7 +89,7 @@ from spanlift.backbones.edm_precond import EDMPrecond
 from spanlift.backbones.unet import UNet, imagenet64_size
 from spanlift.cli.devices import device_option
 from spanlift.platform.fitting.fit import FitSettings, endpoint_loss, objective
-from spanlift.platform.fitting.memory import MemoryPlan, blocks_recomputed
+from spanlift.platform.fitting.memory import MemoryPlan, blocks_recomputed, recomputed
 from spanlift.platform.fitting.memory_plan import (
     BackboneProbe,
     CallCost,
@@ -97,10 +99,10 @@ from spanlift.platform.fitting.memory_plan import (
     loss_cost,
     probe_backbone,
     probe_solver,
-    timed,
     weights_of,
 )
 from spanlift.platform.fitting.optimization import Optimization
+from spanlift.platform.fitting.update_cost import timed
 from spanlift.platform.sampling.teacher import TeacherSet
 from spanlift.platform.sampling.tensor_memory import (
     MARGIN,
@@ -114,7 +116,13 @@ from spanlift.solvers.loading import build
 MIB, GIB = 2**20, 2**30
 SOLVER = {"base": "dyweight", "base_settings": {"afs": True}}
 """SpanLift on DyWeight with the analytical first step (issue 40's fit)."""
-TARGETS = {"calls_time": 1.35, "plain_time": 1.2, "prediction": 0.15}
+TARGETS = {
+    "calls_time": 1.35,
+    "plain_time": 1.2,
+    "prediction": 0.15,
+    "selective_time": 1.25,
+    "selective_kept": 0.35,
+}
 SCALARS = 64
 """Bytes of kept growth per added NFE read as the solver's own (a few float32 scalars per step,
 such as its σ, beside the state-sized tensors the stand-in rollout counts)."""
@@ -146,7 +154,7 @@ class Setting:
 
 
 PLAIN = Setting()
-CALLS, BLOCKS = Setting("calls"), Setting("blocks")
+CALLS, BLOCKS, SELECTIVE = Setting("calls"), Setting("blocks"), Setting("selective")
 HALF, HALF_CALLS = Setting(precision="bfloat16"), Setting("calls", "bfloat16")
 
 
@@ -183,6 +191,7 @@ class Row:
     samples: int  # per backward pass
     predicted: int
     seconds: list[float] = field(default_factory=list)
+    cpu_seconds: list[float] = field(default_factory=list)  # the process's CPU time
     call_seconds: list[float] = field(default_factory=list)  # f+b at the batch
     loss_seconds: list[float] = field(default_factory=list)  # the loss's f+b (SANA)
     solver_kept: int = 0  # the solver's own kept bytes per sample (stand-in model)
@@ -376,11 +385,22 @@ def measure_group(model: Model, group: Group, probes: Probes, repeats: int) -> l
         if loss is not None:
             rows[0].loss_seconds.append(timed(device, loss))
         for row, update in zip(rows, updates, strict=True):
+            started = time.process_time()
             row.seconds.append(timed(device, update.run))
+            row.cpu_seconds.append(time.process_time() - started)
     return rows
 
 
-def measure_model(model: Model, repeats: int) -> list[Row]:
+def measure_model(model: Model, repeats: int, labels: str | None = None) -> list[Row]:
+    """Every group of `model`, of its settings those whose label is in the comma-separated
+    `labels` (all when None)."""
+    if labels is not None:
+        wanted = set(labels.split(","))
+        kept = [
+            replace(group, settings=tuple(s for s in group.settings if s.label() in wanted))
+            for group in model.groups
+        ]
+        model.groups = [group for group in kept if group.settings]
     loss = endpoint_loss(
         FitSettings(loss=model.loss, loss_options=model.loss_options), model.backbone
     )
@@ -407,13 +427,13 @@ def edm_model(name: str, config: Any, pixels: int, groups: list[Group], device: 
     return Model(name, backbone, "mse", {}, groups, "float32")
 
 
-def batch_groups(batches: list[int]) -> list[Group]:
-    """Every setting at each of `batches` × NFE 3, 5 (`--batches`: the batches a GPU fits at)."""
-    settings = (PLAIN, CALLS, BLOCKS, HALF, HALF_CALLS)
+def batch_groups(batches: list[int], nfes: tuple[int, ...] = (3, 5)) -> list[Group]:
+    """Every setting at each of `batches` × `nfes` (`--batches`: the batches a GPU fits at)."""
+    settings = (PLAIN, CALLS, BLOCKS, SELECTIVE, HALF, HALF_CALLS)
     return [
         Group(batch, nfe, (*settings, Setting(micro_batch=max(batch // 2, 1))), 3)
         for batch in batches
-        for nfe in (3, 5)
+        for nfe in nfes
     ]
 
 
@@ -423,7 +443,7 @@ def cifar_groups(wide: bool) -> list[Group]:
         more = (HALF_CALLS, Setting(micro_batch=batch // 2)) if batch == 4 or wide else ()
         more = more if batch > 1 else more[:1]
         for nfe in (3, 5):
-            groups.append(Group(batch, nfe, (PLAIN, CALLS, BLOCKS, HALF, *more), 3))
+            groups.append(Group(batch, nfe, (PLAIN, CALLS, BLOCKS, SELECTIVE, HALF, *more), 3))
     return groups
 
 
@@ -520,20 +540,25 @@ def untimed_probe(
     with blocks_recomputed(backbone.blocks()):
         blocks = call_cost(call, x, weights, device)
     plain = call_cost(call, x, weights, device)
+    selective = call_cost(recomputed(call, selective=True), x, weights, device)
     with torch.no_grad():
         nograd = device_peak(device, lambda: call(x))
-    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), (0.0, 0.0))
+    return BackboneProbe(plain, blocks, selective, nograd, x.numel() * x.element_size(), 0)
 
 
 def full_depth(reduced: BackboneProbe, blocks: dict[str, BlockFigures]) -> BackboneProbe:
-    """FLUX.1-dev's call from the network with one block of each kind (module docstring)."""
+    """FLUX.1-dev's call from the network with one block of each kind (module docstring); with
+    selective recomputation the reduced network's share of kept bytes, scaled with the plain."""
     extra = {path: FLUX_DEPTH[path] - 1 for path in blocks}
     kept = reduced.call.kept + sum(n * blocks[p].kept for p, n in extra.items())
-    recomputed = reduced.blocks.kept + sum(n * blocks[p].inputs for p, n in extra.items())
+    inputs = reduced.blocks.kept + sum(n * blocks[p].inputs for p, n in extra.items())
     call = CallCost(kept, kept + reduced.call.peak - reduced.call.kept)
-    by_block = CallCost(recomputed, recomputed + reduced.blocks.peak - reduced.blocks.kept)
-    seconds = reduced.seconds
-    return BackboneProbe(call, by_block, reduced.nograd, reduced.input, seconds)
+    by_block = CallCost(inputs, inputs + reduced.blocks.peak - reduced.blocks.kept)
+    share = reduced.selective.kept * kept // reduced.call.kept
+    selective = CallCost(share, share + reduced.selective.peak - reduced.selective.kept)
+    return BackboneProbe(
+        call, by_block, selective, reduced.nograd, reduced.input, reduced.fixed_rows
+    )
 
 
 def released_weights() -> dict[str, int]:
@@ -718,6 +743,7 @@ def print_targets(rows: list[Row]) -> None:
                 f"  plain / (NFE × f+b), {row.model} batch {row.batch} NFE {row.nfe}: "
                 f"{ratio:.2f} (≤ {limit}): {verdict}"
             )
+    print_selective(rows, plain)
     errors = [abs(row.error()) for row in rows]
     worst = max(rows, key=lambda row: abs(row.error()))
     inside = sum(e <= TARGETS["prediction"] for e in errors)
@@ -726,6 +752,30 @@ def print_targets(rows: list[Row]) -> None:
         f"{100 * worst.error():+.1f} % ({worst.model} batch {worst.batch} NFE {worst.nfe} "
         f"{worst.setting.label()})"
     )
+
+
+def print_selective(rows: list[Row], plain: dict[tuple, Row]) -> None:
+    """`selective` against the plain update: process CPU time (the median of the timed updates;
+    the machine's other load does not count in it) and bytes kept per sample, with `calls`'s."""
+    for row in rows:
+        base = plain.get((row.model, row.batch, row.nfe))
+        if row.setting.precision != "float32" or row.setting.micro_batch or base is None:
+            continue
+        if row.setting.checkpoint not in ("selective", "calls") or not row.cpu_seconds:
+            continue
+        time_ratio = statistics.median(row.cpu_seconds) / statistics.median(base.cpu_seconds)
+        kept_ratio = (row.kept / row.samples) / (base.kept / base.samples)
+        verdict = ""
+        if row.setting.checkpoint == "selective":
+            met = (
+                time_ratio <= TARGETS["selective_time"] and kept_ratio <= TARGETS["selective_kept"]
+            )
+            verdict = ": met" if met else ": missed"
+            verdict += f" (≤ {TARGETS['selective_time']}, ≤ {TARGETS['selective_kept']})"
+        print(
+            f"  {row.setting.label()} / plain, {row.model} batch {row.batch} NFE {row.nfe}: "
+            f"CPU time {time_ratio:.2f}, kept per sample {kept_ratio:.2f}{verdict}"
+        )
 
 
 def print_flux(flux: FluxFigures) -> None:
@@ -795,28 +845,33 @@ def main() -> None:
     p.add_argument(
         "--batches", help="comma-separated batches for the EDM-size nets, every setting at each"
     )
+    p.add_argument("--nfes", default="3,5", help="NFEs with --batches (comma-separated)")
+    p.add_argument(
+        "--settings", help="comma-separated settings to measure (labels: none,selective,calls…)"
+    )
     args = p.parse_args()
     quiet()
     if args.threads:
         torch.set_num_threads(args.threads)
     device, only = torch.device(args.device), set(args.only.split(","))
     batches = [int(b) for b in args.batches.split(",")] if args.batches else []
+    nfes = tuple(int(n) for n in args.nfes.split(","))
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as folder:
         dinov2 = save_dinov2(Path(folder) / "dinov2-base") if only & {"sana", "flux"} else None
         if "cifar" in only:
-            groups = batch_groups(batches) if batches else cifar_groups(args.wide)
+            groups = batch_groups(batches, nfes) if batches else cifar_groups(args.wide)
             model = edm_model("CIFAR-10-size U-Net", cifar10_size(), 32, groups, device)
-            rows += measure_model(model, args.repeats)
+            rows += measure_model(model, args.repeats, args.settings)
         if "imagenet" in only:
-            groups = batch_groups(batches) if batches else imagenet_groups(args.wide)
+            groups = batch_groups(batches, nfes) if batches else imagenet_groups(args.wide)
             model = edm_model("ImageNet-64-size U-Net", imagenet64_size(), 64, groups, device)
-            rows += measure_model(model, args.repeats)
+            rows += measure_model(model, args.repeats, args.settings)
         if "sana" in only:
             groups = (
                 sana_batch_groups(args.sana_batch) if args.sana_batch else sana_groups(args.wide)
             )
-            rows += measure_model(sana_model(groups, dinov2, device), args.repeats)
+            rows += measure_model(sana_model(groups, dinov2, device), args.repeats, args.settings)
         flux = measure_flux(device, dinov2) if "flux" in only else None
     if rows:
         print_rows(rows, device)

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import build
 from spanlift.solvers.model_statistics import ModelStatistics
 from tests.cli_run import ROOT, command_environment
+from tests.test_fit_memory import clock
 
 FAIL = re.compile(r"fits with checkpoint (\w+)(?:, micro_batch (\d+))?: ")
 DIGITS_SWEEP = {
@@ -61,6 +63,20 @@ def test_a_fit_that_does_not_fit_names_settings_that_do_and_they_pass(tmp_path, 
     assert status == 0, lines
     assert any(line.startswith("pass  fit spanlift") for line in lines), lines
     assert lines[-1].startswith("doctor: ") and " 0 failed" in lines[-1]
+
+
+def test_the_doctor_names_the_same_settings_whatever_the_timings_noise(tmp_path, monkeypatch):
+    """The FAIL line of a fit too large for the GPU names one setting whether the probe's clock
+    read a call of two rows as long as one of one row, or twice as long."""
+    config = parse_sweep(DIGITS_SWEEP, "digits.yaml", tmp_path)
+    (entry, spec), *_ = config.grid()
+    lines = set()
+    for steps in ([1.0], [1.0, 1.0, 1.0, 2.0], [0.5, 3.0]):
+        monkeypatch.setattr(time, "perf_counter", clock(steps))
+        probe = SweepProbe(config, torch.device("cpu"), int(float(GPU_GIB) * 2**30))
+        outcome = probe.fit(spec, config.fit_of(entry))
+        lines.add(FAIL.search(outcome.detail).groups())
+    assert len(lines) == 1, lines
 
 
 def sana_folder(root: Path) -> Path:

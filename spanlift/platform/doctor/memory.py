@@ -36,6 +36,7 @@ from spanlift.platform.fitting.fit import FitSettings, endpoint_loss
 from spanlift.platform.fitting.losses import loss_networks
 from spanlift.platform.fitting.memory_plan import (
     FitProbe,
+    candidate_checkpoints,
     choose,
     loss_cost,
     probe_backbone,
@@ -115,7 +116,7 @@ class SweepProbe:
 
     def plan(self, probe: FitProbe, batch: int, weights: int) -> str:
         """What `checkpoint: auto` chooses on the GPU, or why nothing fits."""
-        checkpoints = ("none", "calls", "blocks") if self.backbone.blocks() else ("none", "calls")
+        checkpoints = candidate_checkpoints(bool(self.backbone.blocks()))
         try:
             checkpoint, samples = choose(
                 probe, batch, self.budget - weights, checkpoints, halvings(batch)

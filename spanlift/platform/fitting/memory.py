@@ -10,6 +10,10 @@ settings change that without changing what is fitted:
                          backward (torch.utils.checkpoint, non-reentrant); the loss networks too
                  blocks  the same one block at a time inside the backbone (its `blocks()`):
                          a transformer's block inputs are kept, one block's activations live
+                 selective  keep the outputs of the expensive operations (convolutions,
+                         matmuls, attention: SAVED_OPS) and compute the cheap ones between
+                         them (normalisations, activations, additions) again in backward
+                         (torch's selective activation checkpointing); the loss networks too
                  auto    chosen with micro_batch by a measured probe (`memory_plan.py`)
     precision    float32 | bfloat16 | float16: the backbone's and the loss networks' calls run
                  under autocast and return float32; the solver's parameters, its state, the
@@ -26,15 +30,41 @@ Recomputation gives the plain fit's gradients to float32 rounding (bit for bit o
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint as recompute_in_backward
+from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
 from spanlift.errors import SettingsError
 
-CHECKPOINTS = ("none", "calls", "blocks", "auto")
+CHECKPOINTS = ("none", "calls", "blocks", "selective", "auto")
+RECOMPUTING = ("calls", "blocks", "selective")
+"""The checkpoints under which backward computes something again (the loss networks too)."""
+
+
+def aten_ops(*names: str) -> list[Any]:
+    """The default overloads of the aten operators `names` this torch build has."""
+    ops = [getattr(torch.ops.aten, name, None) for name in names]
+    return [op.default for op in ops if op is not None and hasattr(op, "default")]
+
+
+SAVED_OPS = aten_ops(
+    "convolution",
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_mm",
+)
+"""The operations whose outputs `checkpoint: selective` keeps: those whose time grows with the
+product of their operands' sizes; everything else is computed again in backward."""
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MEMORY_ONLY = ("checkpoint", "micro_batch")
 """Fit settings that change memory and time but not the fitted weights (to float rounding)."""
@@ -43,14 +73,20 @@ VALIDATION_BATCH = 256
 """Validation seeds rolled out at once without gradients, when memory settings ask nothing."""
 
 
-def recomputed(function: Callable[..., Any]) -> Callable[..., Any]:
+def recomputed(function: Callable[..., Any], selective: bool = False) -> Callable[..., Any]:
     """`function`, whose activations are not kept but computed again in backward (when
-    gradients are being recorded; otherwise it simply runs)."""
+    gradients are being recorded; otherwise it simply runs); `selective`: the outputs of
+    SAVED_OPS kept, only the operations between them computed again."""
+    contexts = {  # what it keeps passes through saved-tensor hooks (they count it)
+        "context_fn": partial(create_selective_checkpoint_contexts, SAVED_OPS),
+        "respect_saved_tensors_hooks": True,
+    }
 
     def call(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return function(*args, **kwargs)
-        return recompute_in_backward(function, *args, use_reentrant=False, **kwargs)
+        options = contexts if selective else {}
+        return recompute_in_backward(function, *args, use_reentrant=False, **options, **kwargs)
 
     return call
 
@@ -107,17 +143,20 @@ class MemoryPlan:
         return cls(checkpoint, precision, micro_batch, rollout)
 
     def denoiser(self, denoiser: Callable, device: torch.device) -> Callable:
-        """A backbone call as this plan runs it: autocast, and recomputed in backward (calls)."""
+        """A backbone call as this plan runs it: autocast, and recomputed in backward (calls,
+        selective)."""
         call = autocast_float32(denoiser, self.precision, device)
-        return recomputed(call) if self.checkpoint == "calls" else call
+        if self.checkpoint in ("calls", "selective"):
+            return recomputed(call, selective=self.checkpoint == "selective")
+        return call
 
     def loss(self, loss_fn: Callable, device: torch.device) -> Callable:
         """The loss as this plan runs it: its networks under autocast, recomputed in backward
         whenever the backbone's calls or blocks are (unless the loss trains a network of its
-        own on each call, `stateful`: it must run once)."""
+        own on each call, `stateful`: it must run once); selectively with `selective`."""
         call = autocast_float32(loss_fn, self.precision, device)
-        recompute = self.checkpoint in ("calls", "blocks") and not stateful(loss_fn)
-        return recomputed(call) if recompute else call
+        recompute = self.checkpoint in RECOMPUTING and not stateful(loss_fn)
+        return recomputed(call, self.checkpoint == "selective") if recompute else call
 
     def passes(self, index: Tensor) -> tuple[Tensor, ...]:
         """The batch's rows split into backward passes of `micro_batch` (one pass for 0)."""

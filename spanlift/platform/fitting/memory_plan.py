@@ -8,27 +8,33 @@ the solver's own arithmetic over a whole rollout with the backbone replaced by a
 sample, and memory is linear in the samples of a pass, except what a call keeps whatever its
 batch: under autocast, the half-precision copies of float32 weights its ops save for backward
 (f: `tensor_memory.saved_for_backward`'s `fixed`, once per call). A quantity q measured at one
-sample is q' = q − f per sample, and for b samples per backward pass
+sample is q' = q − f per sample. For b samples per backward pass the peak is what is kept
+until backward plus the largest of what is live beside it at once:
 
-    none    b · (R · kept'_call + solver) + C · f_call + max(L(b), b · r · (peak_call − kept_call))
-    calls   b · (R · input      + solver)              + max(L(b), b · r · peak'_call + f_call)
-    blocks  b · (R · kept'_blk  + solver) + C · f_blk  + max(L(b), b · r · (peak_blk − kept_blk))
+    none    b · (R_g · kept'_call + kept_solver) + C_g · f_call + max(S, L, b · r · transient)
+    blocks  the same with the call's blocks recomputed (kept_blk, peak_blk)
+    selective  the same with the call recomputed selectively (kept_sel, peak_sel)
+    calls   b · R · input + max(b · kept_solver + max(S, L), b · kept_before + call(b · r))
 
-with L(b) = b · peak'_loss + f_loss the loss through its backward, plus the optimizer's state
-for the solver's parameters; R: backbone rows per sample over the rollout (NFE, or K per call
-for EPD's K points), r: rows of one call, C: calls per rollout. Without gradients (the fit's
-validation rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
+with transient = peak_call − kept_call, S = b · (peak_solver − kept_solver) the solver's own, L = b · peak'_loss + f_loss
+the loss through its backward, call(n) = n · peak'_call + f_call a call through its backward, plus
+the optimizer's state for the solver's parameters. R: backbone rows per sample over the rollout
+(NFE, or K per call for EPD's K points), r: rows of one call, C: calls per rollout; R_g and C_g
+count only the calls autograd records (whose state or σ depends on the solver's parameters: a
+rollout's first call often does not). A recomputed call runs again in backward when the saved
+tensors of what followed it are freed: beside it lives what the rollout kept before its last
+recorded call (kept_before), not the rollout's peak. Without gradients (the fit's validation
+rollouts, evaluation) a sample costs r · peak_nograd + the solver's state.
 
 `auto` keeps the settings whose predicted peak fits the free memory of the device with a margin
-and whose time is least by a cost measured in the same probe: a call of b rows takes
-t(b) = t_0 + b · t_1 (two timed calls), so an update of B samples in passes of b takes
-R · (⌈B/b⌉ · t_0 + B · t_1), times 4/3 when each call is computed again in backward (one more
-forward beside forward and backward). On a CPU t_0 ≈ 0 and passes cost nothing extra; on a GPU
-a small network at batch 1 is mostly t_0, so recomputing beats splitting.
+and whose counted work is least (`update_cost.py`: forwards per call, one more for a recomputed
+call, and a call's fixed time in rows measured on a GPU and rounded, 0 on a CPU), ties broken
+in a fixed order: the same probe names the same settings whatever the timings' noise. On a CPU
+passes cost nothing extra and the plain pass is the cheapest that fits; on a GPU a small network
+at batch 1 is mostly fixed time, so recomputing beats splitting.
 """
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -45,9 +51,11 @@ from spanlift.platform.fitting.memory import (
     MemoryPlan,
     autocast_float32,
     blocks_recomputed,
+    recomputed,
     stateful,
 )
 from spanlift.platform.fitting.optimization import rank_batch
+from spanlift.platform.fitting.update_cost import FORWARDS, fixed_rows, update_work
 from spanlift.platform.sampling.rollout import on_device, solver_device
 from spanlift.platform.sampling.teacher import TeacherSet
 from spanlift.platform.sampling.tensor_memory import (
@@ -58,10 +66,6 @@ from spanlift.platform.sampling.tensor_memory import (
     saved_for_backward,
 )
 from spanlift.solvers import Solver
-
-RECOMPUTE_COST = 4 / 3
-"""An update's time with every call computed again in backward, against without (forward,
-backward, and one more forward)."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,14 @@ class BackboneProbe:
     call: CallCost
     blocks: CallCost | None
     """The call with its blocks recomputed; None for a backbone without blocks."""
+    selective: CallCost
+    """The call recomputed selectively (`memory.SAVED_OPS` kept)."""
     nograd: int
     """Peak bytes of the call without gradients."""
     input: int
     """Bytes of the call's input, what a recomputed call keeps."""
-    seconds: tuple[float, float]
-    """(t_0, t_1): a call's fixed and per-row seconds."""
+    fixed_rows: int
+    """A call's fixed time, in rows of its per-row time (`update_cost.py`)."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +112,14 @@ class SolverProbe:
     """Rows per sample of the widest call (r)."""
     optimizer: int
     """Bytes of the trainable parameters' gradients and AdamW moments."""
-    calls: int = 1
+    calls: int
     """Backbone calls of a rollout (C)."""
+    recorded_rows: int
+    """Rows per sample of the calls autograd records (R_g)."""
+    recorded_calls: int
+    """Calls autograd records (C_g)."""
+    kept_before: int
+    """Bytes per sample the rollout has saved for backward when its last recorded call starts."""
 
 
 @dataclass(frozen=True)
@@ -121,26 +133,37 @@ class FitProbe:
     def peak(self, checkpoint: str, samples: int) -> int:
         """Predicted working bytes of an update in passes of `samples` (module docstring)."""
         model, solver = self.backbone, self.solver
-        call = model.blocks if checkpoint == "blocks" and model.blocks else model.call
         rows = samples * solver.rows_per_call
+        own = samples * (solver.rollout.peak - solver.rollout.kept)
+        rollout = samples * solver.rollout.kept
+        loss = self.loss.at(samples)
         if checkpoint == "calls":
-            kept = samples * solver.rows * model.input
-            transient = call.at(rows)
-        else:
-            kept = samples * solver.rows * (call.kept - call.fixed) + solver.calls * call.fixed
-            transient = rows * (call.peak - call.kept)
-        backward = max(self.loss.at(samples), transient)
-        return kept + samples * solver.rollout.peak + backward + solver.optimizer
+            inputs = samples * solver.rows * model.input
+            again = samples * solver.kept_before + model.call.at(rows)
+            return inputs + max(rollout + max(own, loss), again) + solver.optimizer
+        call = model.call
+        if checkpoint == "blocks" and model.blocks:
+            call = model.blocks
+        if checkpoint == "selective":
+            call = model.selective
+        kept = samples * solver.recorded_rows * (call.kept - call.fixed)
+        kept += solver.recorded_calls * call.fixed + rollout
+        transient = rows * (call.peak - call.kept)
+        return kept + max(own, loss, transient) + solver.optimizer
 
     def rollout_peak(self, samples: int) -> int:
         """Predicted bytes of a rollout without gradients of `samples` samples."""
         return samples * (self.solver.rows_per_call * self.backbone.nograd + self.solver.nograd)
 
-    def seconds_per_update(self, checkpoint: str, batch: int, samples: int) -> float:
-        """The cost model's time of an update of `batch` in passes of `samples`."""
-        fixed, per_row = self.backbone.seconds
-        calls = self.solver.rows * (math.ceil(batch / samples) * fixed + batch * per_row)
-        return calls * (RECOMPUTE_COST if checkpoint != "none" else 1.0)
+    def work(self, checkpoint: str, batch: int, samples: int) -> float:
+        """The counted work of an update of `batch` in passes of `samples` (`update_cost.py`)."""
+        rows, fixed = self.solver.rows, self.backbone.fixed_rows
+        return update_work(checkpoint, rows, batch, samples, fixed)
+
+
+def candidate_checkpoints(blocks: bool) -> tuple[str, ...]:
+    """The checkpoints `auto` weighs: blocks only for a backbone that has them."""
+    return ("none", "selective", "calls", "blocks") if blocks else ("none", "selective", "calls")
 
 
 def choose(
@@ -149,9 +172,10 @@ def choose(
     """(checkpoint, samples per pass) of the cheapest plan among `checkpoints` × `sizes` whose
     predicted peak is within `budget`; a SettingsError naming what one sample needs when none
     is."""
+    order = list(FORWARDS)
     options = [
-        (probe.seconds_per_update(checkpoint, batch, samples), rank, -samples, checkpoint)
-        for rank, checkpoint in enumerate(checkpoints)
+        (probe.work(checkpoint, batch, samples), order.index(checkpoint), -samples, checkpoint)
+        for checkpoint in checkpoints
         for samples in sizes
         if probe.peak(checkpoint, samples) <= budget
     ]
@@ -163,7 +187,7 @@ def choose(
             f"{budget / 2**30:.2f} GiB are free to plan (free memory less {MARGIN:.0%}): use a "
             "device with more memory, or precision bfloat16"
         )
-    _, _, fewest, checkpoint = min(options)  # ties: the earlier checkpoint, then fewer passes
+    _, _, fewest, checkpoint = min(options)  # ties: FORWARDS' order, then fewer passes
     samples = -fewest
     return checkpoint, samples
 
@@ -188,7 +212,7 @@ def memory_plan(
     device = solver_device(solver)
     probe = probe_fit(solver, backbone, train, settings.precision, loss_fn)
     budget = int(free_bytes(device) * (1 - MARGIN))
-    checkpoints = ("none", "calls", "blocks") if blocks else ("none", "calls")
+    checkpoints = candidate_checkpoints(blocks)
     whole = settings.micro_batch or (batch if stateful(loss_fn) else 0)  # one pass per update
     sizes = [min(whole, batch)] if whole else halvings(batch)
     checkpoint, samples = choose(probe, batch, budget, checkpoints, sizes)
@@ -201,16 +225,6 @@ def memory_plan(
         chosen_by="auto",
         predicted_peak=probe.peak(checkpoint, samples),
     )
-
-
-def timed(device: torch.device, run: Callable[[], Any]) -> float:
-    """Wall seconds of `run()`, the device's queue drained before and after."""
-    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda: None
-    synchronize()
-    start = time.perf_counter()
-    run()
-    synchronize()
-    return time.perf_counter() - start
 
 
 def call_cost(
@@ -232,17 +246,30 @@ def call_cost(
     return CallCost(kept["bytes"], peak, kept["fixed"])
 
 
-def counted_rows(solver: Solver, x: Tensor) -> list[int]:
-    """The rows of each backbone call in one rollout from x (no gradients, a stand-in model)."""
-    rows: list[int] = []
+@dataclass(frozen=True)
+class StandInCall:
+    """One backbone call of a rollout with the stand-in model (`rollout_calls`)."""
 
-    def stand_in(state: Tensor, sigma: Tensor) -> Tensor:
-        rows.append(len(state))
-        return stand_in_model(state, sigma)
+    rows: int
+    recorded: bool
+    """Whether autograd records the call: its state or σ depends on the solver's parameters."""
+    kept_before: int
+    """Bytes the rollout had saved for backward when the call started."""
 
-    with torch.no_grad():
-        solver(stand_in, x)
-    return rows
+
+def rollout_calls(solver: Solver, x: Tensor) -> list[StandInCall]:
+    """The backbone calls of one rollout from x (x without gradients, as a fit's noise; the
+    stand-in model, the solver's parameters recording)."""
+    calls: list[StandInCall] = []
+    with saved_for_backward(list(solver.parameters())) as kept:
+
+        def stand_in(state: Tensor, sigma: Tensor) -> Tensor:
+            recorded = state.requires_grad or (isinstance(sigma, Tensor) and sigma.requires_grad)
+            calls.append(StandInCall(len(state), recorded, kept["bytes"]))
+            return stand_in_model(state, sigma)
+
+        solver(stand_in, x.detach())
+    return calls
 
 
 def stand_in_model(state: Tensor, sigma: Tensor) -> Tensor:
@@ -268,12 +295,11 @@ def probe_backbone(
         with blocks_recomputed(backbone.blocks()):
             blocks = call_cost(call, x, weights, device)
     plain = call_cost(call, x, weights, device)
+    selective = call_cost(recomputed(call, selective=True), x, weights, device)
     with torch.no_grad():
         nograd = device_peak(device, lambda: call(x))
-        one_row = timed(device, lambda: call(x))
-        two_rows = timed(device, lambda: call(torch.cat([x, x])))
-    seconds = (max(2 * one_row - two_rows, 0.0), max(two_rows - one_row, 0.0))
-    return BackboneProbe(plain, blocks, nograd, x.numel() * x.element_size(), seconds)
+        fixed = fixed_rows(device, lambda rows: call(torch.cat([x] * rows)))
+    return BackboneProbe(plain, blocks, selective, nograd, x.numel() * x.element_size(), fixed)
 
 
 def probe_solver(solver: Solver, x: Tensor) -> SolverProbe:
@@ -282,15 +308,19 @@ def probe_solver(solver: Solver, x: Tensor) -> SolverProbe:
     params = list(solver.parameters())
     with torch.no_grad():
         nograd = device_peak(device, lambda: solver(stand_in_model, x))
-    rows = counted_rows(solver, x)
+    calls = rollout_calls(solver, x)
+    recorded = [call for call in calls if call.recorded]
     trained = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
     return SolverProbe(
         rollout=call_cost(lambda state: solver(stand_in_model, state), x, params, device),
         nograd=nograd,
-        rows=max(1, sum(rows)),
-        rows_per_call=max(rows or [1]),
+        rows=max(1, sum(call.rows for call in calls)),
+        rows_per_call=max([call.rows for call in calls] or [1]),
         optimizer=3 * trained,
-        calls=max(1, len(rows)),
+        calls=max(1, len(calls)),
+        recorded_rows=sum(call.rows for call in recorded),
+        recorded_calls=len(recorded),
+        kept_before=max([call.kept_before for call in recorded] or [0]),
     )
 
 

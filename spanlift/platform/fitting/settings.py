@@ -64,8 +64,10 @@ class FitSettings:
     they need); without it a GPU fit may differ in its last bits from run to run."""
     checkpoint: str = "none"
     """What backward recomputes instead of keeping: none, calls (each backbone call and the loss
-    networks), blocks (each block inside the backbone), or auto (chosen with micro_batch by a
-    probe of one call on the fit's device; platform/fitting/memory.py)."""
+    networks), blocks (each block inside the backbone), selective (within each call and the loss
+    networks, the cheap operations between the kept outputs of convolutions, matmuls and
+    attention), or auto (chosen with micro_batch by a probe of one call on the fit's device;
+    platform/fitting/memory.py)."""
     precision: str = "float32"
     """The backbone's and the loss networks' precision under autocast: float32, bfloat16 or
     float16 (the solver, its state and the loss reduction stay float32)."""
