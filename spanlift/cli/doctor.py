@@ -108,6 +108,7 @@ def memory_plan(args: argparse.Namespace, show: Any, outcomes: list[Any]) -> int
 
     from spanlift.errors import SettingsError
     from spanlift.platform.doctor.memory import memory_outcomes
+    from spanlift.platform.sampling.tensor_memory import arithmetic_skipped
     from spanlift.platform.sweep.config import load_sweep
 
     if args.sweep is None:
@@ -127,6 +128,7 @@ def memory_plan(args: argparse.Namespace, show: Any, outcomes: list[Any]) -> int
         f"memory of {args.sweep} per GPU of {gib:g} GiB (15 % kept free), probed on {device}",
         file=sys.stderr,
     )
-    for outcome in memory_outcomes(config, int(gib * 2**30), device):
-        show(outcome)
+    with arithmetic_skipped():  # the bytes of every operation, the arithmetic of none
+        for outcome in memory_outcomes(config, int(gib * 2**30), device):
+            show(outcome)
     return summary(outcomes)

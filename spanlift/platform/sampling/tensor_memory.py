@@ -13,20 +13,69 @@ backward, without the weights it saves by reference; of that, `fixed` is what do
 the samples of the call: the copies autocast makes of float32 weights for the half-precision ops
 that use them (frozen weights are cast again by every op, and each copy an op saves for its
 backward stays until then: one set per call, whatever its batch).
+
+Inside `arithmetic_skipped()` a `TensorPeak` allocates the outputs of the costly operations
+(convolutions, matrix products, attention, forward and backward) without computing them: each
+output is zeros of the size, strides and dtype the operation's meta kernel gives, so every
+storage is created and freed as before and the bytes counted are the same, while the arithmetic
+that takes the time is left out (`spanlift doctor --memory` on a CPU). Shapes never depend on
+these values in a denoiser, a solver or a metric network; a computation whose shapes did would
+be measured wrongly there.
 """
 
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map_only
 
 MIB = 2**20
+
+aten = torch.ops.aten
+COSTLY = {
+    aten.convolution.default,
+    aten.convolution_backward.default,
+    aten.mm.default,
+    aten.addmm.default,
+    aten.bmm.default,
+    aten.baddbmm.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+}
+"""The operations whose outputs `arithmetic_skipped()` allocates without computing them."""
+
+SKIPPING: ContextVar[bool] = ContextVar("arithmetic_skipped", default=False)
+
+
+@contextmanager
+def arithmetic_skipped() -> Any:
+    """Tensor peaks measured inside the block skip the COSTLY operations' arithmetic (module
+    docstring)."""
+    token = SKIPPING.set(True)
+    try:
+        yield
+    finally:
+        SKIPPING.reset(token)
+
+
+def allocated_not_computed(func: Any, args: Any, kwargs: dict) -> Any:
+    """`func`'s outputs as zeros shaped as its meta kernel shapes them, on its inputs' device."""
+    device = tensors_in(args)[0].device
+
+    def meta(t: Tensor) -> Tensor:
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta")
+
+    def zeros(t: Tensor) -> Tensor:
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device).zero_()
+
+    shaped = func(*tree_map_only(Tensor, meta, args), **tree_map_only(Tensor, meta, kwargs))
+    return tree_map_only(Tensor, zeros, shaped)
 
 
 def storage_key(tensor: Tensor) -> tuple[str, int]:
@@ -47,9 +96,14 @@ class TensorPeak(TorchDispatchMode):
         self.live = 0
         self.peak = 0
         self.tracked: set[tuple[str, int]] = set()
+        self.skipping = SKIPPING.get()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if self.skipping and func in COSTLY:
+            out = allocated_not_computed(func, args, kwargs)
+        else:
+            out = func(*args, **kwargs)
         inputs = {storage_key(t) for t in tensors_in((args, kwargs)) if t.numel()}
         for tensor in tensors_in(out):
             key = storage_key(tensor)
