@@ -15,10 +15,11 @@ ARGS = [
 ]  # fmt: skip
 
 
-def table(out: str) -> list[tuple[str, ...]]:
+def table(out: str, solver: str = "dyweight", count: int = 2) -> list[tuple[str, ...]]:
     """(solver, seed, val RMSE, test RMSE) of each row of the printed table."""
-    rows = re.findall(r"^(dyweight\S*)\s+(\d+)\s+\d+\s+(\S+)\s+(\S+)", out, flags=re.M)
-    assert len(rows) == 2
+    pattern = rf"^({solver}\S*)\s+(\d+)\s+\d+\s+(\S+)\s+(\S+)"
+    rows = re.findall(pattern, out, flags=re.M)
+    assert len(rows) == count
     return rows
 
 
@@ -32,6 +33,23 @@ def test_side_by_side_replicates_equal_one_thread_in_turn(tmp_path, capsys):
     in_turn = capsys.readouterr().out
     assert "side by side" not in in_turn
     assert table(parallel) == table(in_turn)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_two_stage_replicates_fit_each_base_once_with_the_numbers_of_one_thread(tmp_path, capsys):
+    """Three SpanLift replicates on two processes are handed out stage by stage (every base,
+    then the solvers on them): each base is fitted once, and the rows are those of `--threads 1`."""
+    two_stage = [*ARGS[: ARGS.index("--seeds")], "--seeds", "0", "1", "2", "--no-tracking"]
+    two_stage[two_stage.index("dyweight")] = "spanlift"
+    cache = ["--cache", str(tmp_path / "cache")]
+    assert main([*two_stage, *cache, "--out", str(tmp_path / "a")]) == 0
+    parallel = capsys.readouterr().out
+    assert main([*two_stage, *cache, "--out", str(tmp_path / "b"), "--threads", "1"]) == 0
+    in_turn = capsys.readouterr().out
+    assert table(parallel, "spanlift", 3) == table(in_turn, "spanlift", 3)
+    for folder in ("a", "b"):
+        assert len(list((tmp_path / folder).glob("dyweight-*.pt"))) == 3
+        assert len(list((tmp_path / folder).glob("spanlift-*.pt"))) == 3
 
 
 def test_a_fit_says_what_it_will_take_from_the_work_left(tmp_path, capsys, monkeypatch):

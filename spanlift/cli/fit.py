@@ -189,7 +189,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     record = fit_recorder(runs, args, backbone, options, sets)
     if jobs > 1:
         torch.set_num_threads(1)  # the replicates' threads, as their runs record them
-        fitted = fitted_side_by_side(args, spec, settings, seeds, options, jobs)
+        fitted = fitted_side_by_side(args, spec, backbone, settings, seeds, options, jobs)
     else:
         fitted = (fitted_here(args, spec, backbone, sets, replace(settings, seed=s)) for s in seeds)
     rows, recorded = [], []
@@ -302,6 +302,7 @@ def fitted_here(
 def fitted_side_by_side(
     args: argparse.Namespace,
     spec: Any,
+    backbone: Any,
     settings: Any,
     seeds: list[int],
     options: dict,
@@ -310,10 +311,11 @@ def fitted_side_by_side(
     """The replicates' rows in seed order, fitted in `jobs` processes of one thread each
     (`fitting/replicates.py`): the numbers of `--threads 1`."""
     from spanlift.platform.fitting.replicates import Replicates, fit_side_by_side
+    from spanlift.solvers.loading import needs_fitted_base
 
     shared = Replicates(args.backbone, options, roles(args), args.cache, args.out, settings)
     print(f"fitting {len(seeds)} replicates, {jobs} side by side, one torch thread each")
-    return fit_side_by_side(spec, shared, seeds, jobs)
+    return fit_side_by_side(spec, shared, seeds, jobs, needs_fitted_base(spec, backbone))
 
 
 def fit_runs(args: argparse.Namespace) -> Any:

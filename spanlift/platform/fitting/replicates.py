@@ -6,6 +6,11 @@ loads the backbone and reads the teacher sets from the cache (the caller generat
 and its validation blocks are read or generated there as its comparisons need them (a block two
 processes both generate is written once: `teacher.atomic_folder`). Only the first process shows
 its progress bars (the others run at the same pace).
+
+A two-stage solver's replicates are handed out stage by stage: every fit seed's base first, then
+the solvers on them. Three SpanLift replicates on two processes then take three rounds of one
+stage (two bases; a base and a SpanLift; two SpanLifts) where whole replicates take four. A stage
+whose base another process is still fitting waits for it (`FitCache`'s lock), never refits it.
 """
 
 from collections.abc import Iterator
@@ -17,9 +22,10 @@ from typing import Any
 
 import torch
 
-from spanlift.platform.fitting.compare import Row, compare
+from spanlift.platform.fitting.compare import Row, compare, fit_spec
 from spanlift.platform.fitting.settings import FitSettings
 from spanlift.solvers import SolverSpec
+from spanlift.solvers.loading import base_spec
 
 
 @dataclass(frozen=True)
@@ -36,13 +42,17 @@ class Replicates:
 
 
 def fit_side_by_side(
-    spec: SolverSpec, shared: Replicates, seeds: list[int], jobs: int
+    spec: SolverSpec, shared: Replicates, seeds: list[int], jobs: int, two_stages: bool = False
 ) -> Iterator[Row]:
     """The comparison row of each fit seed, in the order of `seeds`, each as soon as it and
-    those before it are fitted, in `jobs` processes of one thread each."""
+    those before it are fitted, in `jobs` processes of one thread each; `two_stages`: `spec` is
+    fitted on a base fitted first (`solvers.loading.needs_fitted_base`)."""
     context = get_context("spawn")  # a forked torch may hang in its thread pools
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=one_thread)
     try:
+        if two_stages and len(seeds) > jobs:
+            for index, seed in enumerate(seeds):
+                pool.submit(fit_base, base_spec(spec), shared, seed, index == 0)
         futures = [
             pool.submit(fit_one, spec, shared, seed, index == 0) for index, seed in enumerate(seeds)
         ]
@@ -61,6 +71,23 @@ def one_thread() -> None:
 
 def fit_one(spec: SolverSpec, shared: Replicates, seed: int, progress: bool) -> Row:
     """One replicate's row, in a process of its own."""
+    backbone, train, test, validation = replicate_sets(shared, progress)
+    settings = replace(shared.settings, seed=seed)
+    (row,) = compare(
+        [spec], backbone, train, test, settings, shared.workdir, progress, validation=validation
+    )
+    return row
+
+
+def fit_base(base: SolverSpec, shared: Replicates, seed: int, progress: bool) -> None:
+    """One replicate's base, fitted into the fit cache where its solver's stage finds it."""
+    backbone, train, _, validation = replicate_sets(shared, progress)
+    settings = replace(shared.settings, seed=seed)
+    fit_spec(base, backbone, train, settings, shared.workdir, progress, validation=validation)
+
+
+def replicate_sets(shared: Replicates, progress: bool) -> tuple[Any, Any, Any, Any]:
+    """The backbone, and the training, test and validation sets read from the cache."""
     from spanlift.backbones import load_backbone
     from spanlift.platform.sampling.teacher import load_or_generate
     from spanlift.platform.sampling.validation_blocks import ValidationBlocks
@@ -73,8 +100,4 @@ def fit_one(spec: SolverSpec, shared: Replicates, seed: int, progress: bool) -> 
     validation = ValidationBlocks(
         shared.cache, backbone, shared.seeds["validation"], progress=progress
     )
-    settings = replace(shared.settings, seed=seed)
-    (row,) = compare(
-        [spec], backbone, train, test, settings, shared.workdir, progress, validation=validation
-    )
-    return row
+    return backbone, train, test, validation
