@@ -187,3 +187,25 @@ def test_a_trial_killed_mid_fit_resumes_from_its_saved_state(tmp_path: Path) -> 
     assert run.info.status == "FINISHED"
     assert run.data.metrics["fit_resumed_from"] >= 100  # continued, not restarted from zero
     assert not list(train.glob("*.state.pt"))  # removed once the fit was kept
+
+
+STORE_THREAD_BLOCKED = """
+import threading, sys
+from spanlift.cli import exit_now
+from spanlift.platform.sweep import driver
+
+release = threading.Event()
+driver.experiment_id = lambda *args, **kwargs: release.wait()  # the store never opens
+driver.sweep_experiment(sys.argv[1], "blocked")
+exit_now(130)  # the command ends (Ctrl-C) while the store is still opening
+"""
+
+
+def test_a_sweep_ends_without_waiting_for_a_store_still_opening(tmp_path):
+    """The local store opens on a thread beside Ray's start; a sweep interrupted meanwhile exits
+    at once, whatever that thread is doing (an import it was in can hold it forever)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ended = subprocess.run(
+        [sys.executable, "-c", STORE_THREAD_BLOCKED, uri], capture_output=True, timeout=60
+    )
+    assert ended.returncode == 130, ended.stderr

@@ -14,8 +14,10 @@ is a parent run holding sweep.yaml and summary.json; its configurations are nest
 
 import os
 import re
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -271,10 +273,23 @@ def sweep_experiment(uri: str, name: str) -> Future:
         done.set_result(experiment_id(connect(uri), name, create=True))
         return done
     check_store(uri)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="mlflow-store")
-    made = pool.submit(lambda: experiment_id(connect(uri), name, create=True))
-    pool.shutdown(wait=False)
-    return made
+    return on_daemon_thread(lambda: experiment_id(connect(uri), name, create=True))
+
+
+def on_daemon_thread(work: Callable[[], Any]) -> Future:
+    """`work()`'s result, computed on a daemon thread: a command that ends before it is done
+    (Ctrl-C during Ray's start) exits without waiting for it. A pool's thread would be joined at
+    exit, and an import that Ctrl-C caught half-done on the main thread can block it forever."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(work())
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="mlflow-store", daemon=True).start()
+    return done
 
 
 def join_ray(
