@@ -243,7 +243,11 @@ def announce(
         sum(estimate.fit_work(settings, spec.nfe, n, 1, first) for n in stages),
         sum(1 for n in stages if n) * (args.test_samples + first) * spec.nfe,
     )
-    seconds = work.seconds(estimate.seconds_per_evaluation(backbone), jobs)
+    per_evaluation = estimate.seconds_per_evaluation(backbone)
+    per_fit = (  # replicates side by side run one thread each
+        estimate.seconds_per_evaluation(backbone, threads=1) if jobs > 1 else per_evaluation
+    )
+    seconds = work.seconds(per_evaluation, jobs, per_fit)
     if seconds >= ANNOUNCED:
         print(
             f"this will take {estimate.said(seconds)} here: {teacher} teacher seeds at NFE "

@@ -11,8 +11,9 @@ Counted, in evaluations of one sample (a backward pass taken as BACKWARD forward
 with two stages for a solver on a base that is fitted first (SpanLift on DyWeight), and the
 validation blocks after the first left out: the sequential rule adds them only for a comparison
 it cannot decide on the first. One evaluation's seconds are measured on a sampling batch of the
-backbone at σ_max (the faster of two calls after a warm-up) in the machine's present state;
-replicates side by side divide the fits' part.
+backbone at σ_max (the fastest of three calls after two warm-ups) in the machine's present state,
+for the teacher on the process's threads and for the fits on theirs (one each when replicates
+run side by side, which divide the fits' part).
 """
 
 import math
@@ -42,9 +43,11 @@ class Work:
     fits: float
     scoring: float
 
-    def seconds(self, per_evaluation: float, side_by_side: int) -> float:
-        """Wall seconds: the teacher, then the fits and their scoring `side_by_side` at once."""
-        return per_evaluation * (self.teacher + (self.fits + self.scoring) / side_by_side)
+    def seconds(self, per_evaluation: float, side_by_side: int, per_fit_evaluation: float) -> float:
+        """Wall seconds: the teacher at `per_evaluation`, then the fits and their scoring
+        `side_by_side` at once, each at `per_fit_evaluation` (measured on their threads)."""
+        fitting = (self.fits + self.scoring) / side_by_side
+        return per_evaluation * self.teacher + per_fit_evaluation * fitting
 
 
 def fit_work(
@@ -61,9 +64,19 @@ def fit_work(
 
 
 @torch.no_grad()
-def seconds_per_evaluation(backbone: Backbone, largest: int = 256) -> float:
-    """One denoiser evaluation of one sample: the faster of two timed calls (after a warm-up)
-    on a sampling batch of the backbone (at most `largest`) at σ_max."""
+def seconds_per_evaluation(
+    backbone: Backbone, largest: int = 256, threads: int | None = None
+) -> float:
+    """One denoiser evaluation of one sample: the fastest of three timed calls (after two
+    warm-ups: a fresh process's first calls set up its kernels) on a sampling batch of the
+    backbone (at most `largest`) at σ_max, on `threads` torch threads (default: as they are)."""
+    if threads is not None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return seconds_per_evaluation(backbone, largest)
+        finally:
+            torch.set_num_threads(before)
     batch = min(largest, backbone.sampling_batch())
     noise = torch.randn(batch, *backbone.shape, generator=torch.Generator().manual_seed(0))
     x = backbone.prior(noise.to(backbone.device))
@@ -71,8 +84,9 @@ def seconds_per_evaluation(backbone: Backbone, largest: int = 256) -> float:
     cond = backbone.conditioning(range(batch))
     denoiser = conditioned(backbone, None if cond is None else cond.to(x.device))
     denoiser(x, sigma)
+    denoiser(x, sigma)
     timed = []
-    for _ in range(2):
+    for _ in range(3):
         started = time.perf_counter()
         denoiser(x, sigma)
         timed.append(time.perf_counter() - started)
