@@ -73,7 +73,7 @@ def as_keyed(settings: dict) -> dict:
     [
         ("digits_fid", ("881ad6106502aca8b125", "6fa7e5c4211993c3cde4")),
         ("digits_paper", ("093db871811522b6c89e", "4d710361d4daddb4f0c2")),
-        ("demo", ("20f792119de75a96090d", "c02d5435fdf6feafe11a")),  # 512 train seeds, 100 it
+        ("demo", ("20f792119de75a96090d", "c02d5435fdf6feafe11a")),  # 100 fit iterations
     ],
 )
 def test_a_shipped_sweeps_run_keys_are_unchanged(name, keys) -> None:

@@ -78,10 +78,6 @@ def plot_kind(plot: list | None) -> tuple[str, object] | None:
 
 def cmd_leaderboard(args: argparse.Namespace) -> None:
     from spanlift.platform.tracking import board_format
-    from spanlift.platform.tracking.at_cost import at_cost, check_at_cost
-    from spanlift.platform.tracking.board_curves import plot_curves
-    from spanlift.platform.tracking.board_plot import plot_leaderboard
-    from spanlift.platform.tracking.board_samples import sample_figure
     from spanlift.platform.tracking.leaderboard import leaderboard
     from spanlift.platform.tracking.metrics import default_mode
     from spanlift.platform.tracking.runs import connect
@@ -89,7 +85,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
 
     plot = plot_kind(args.plot)
     mode = args.mode or default_mode(args.metric)
-    if args.at_cost is not None:
+    if args.at_cost is not None:  # torch and the backbones load only for a ranking at a cost
+        from spanlift.platform.tracking.at_cost import at_cost, check_at_cost
+
         check_at_cost(args.at_cost, args.metric)
     client = connect(resolve_tracking_uri(args.tracking_uri), read_only=True)
     columns = tuple(name.strip() for name in args.columns.split(",") if name.strip())
@@ -110,11 +108,17 @@ def cmd_leaderboard(args: argparse.Namespace) -> None:
     if args.csv:
         print(f"csv: {board_format.write_csv(shown, args.csv)}")
     if plot and plot[0] == "board":
+        from spanlift.platform.tracking.board_plot import plot_leaderboard
+
         print(f"plot: {plot_leaderboard(entries, args.metric, plot[1])}")
     if plot and plot[0] == "curves":
+        from spanlift.platform.tracking.board_curves import plot_curves
+
         path, notes = plot_curves(client, entries, plot[1], args.at_cost)
         print("\n".join([*notes, f"plot: {path}"]))
     if args.samples:
+        from spanlift.platform.tracking.board_samples import sample_figure
+
         print(f"samples: {sample_figure(client, entries, args.samples)}")
 
 
