@@ -71,7 +71,7 @@ def one_thread() -> None:
 
 def fit_one(spec: SolverSpec, shared: Replicates, seed: int, progress: bool) -> Row:
     """One replicate's row, in a process of its own."""
-    backbone, train, test, validation = replicate_sets(shared, progress)
+    backbone, (train, test), validation = replicate_sets(shared, progress, ("train", "test"))
     settings = replace(shared.settings, seed=seed)
     (row,) = compare(
         [spec], backbone, train, test, settings, shared.workdir, progress, validation=validation
@@ -81,23 +81,26 @@ def fit_one(spec: SolverSpec, shared: Replicates, seed: int, progress: bool) -> 
 
 def fit_base(base: SolverSpec, shared: Replicates, seed: int, progress: bool) -> None:
     """One replicate's base, fitted into the fit cache where its solver's stage finds it."""
-    backbone, train, _, validation = replicate_sets(shared, progress)
+    backbone, (train,), validation = replicate_sets(shared, progress, ("train",))
     settings = replace(shared.settings, seed=seed)
     fit_spec(base, backbone, train, settings, shared.workdir, progress, validation=validation)
 
 
-def replicate_sets(shared: Replicates, progress: bool) -> tuple[Any, Any, Any, Any]:
-    """The backbone, and the training, test and validation sets read from the cache."""
+def replicate_sets(
+    shared: Replicates, progress: bool, roles: tuple[str, ...]
+) -> tuple[Any, list[Any], Any]:
+    """The backbone, the teacher sets of `roles` read from the cache, and the validation
+    blocks."""
     from spanlift.backbones import load_backbone
     from spanlift.platform.sampling.teacher import load_or_generate
     from spanlift.platform.sampling.validation_blocks import ValidationBlocks
 
     backbone = load_backbone(shared.backbone, **shared.backbone_options)
-    train, test = (
+    sets = [
         load_or_generate(shared.cache, backbone, shared.seeds[role], progress=False)
-        for role in ("train", "test")
-    )
+        for role in roles
+    ]
     validation = ValidationBlocks(
         shared.cache, backbone, shared.seeds["validation"], progress=progress
     )
-    return backbone, train, test, validation
+    return backbone, sets, validation
