@@ -41,6 +41,7 @@ from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.config import SweepConfig, load_sweep, sweep_storage
 from spanlift.platform.sweep.distinct_search import DistinctSearch
 from spanlift.platform.sweep.evaluation import evaluator_setup
+from spanlift.platform.sweep.interrupt import StopTrialsOnInterrupt
 from spanlift.platform.sweep.progress import (
     console_settings,
     log_ray_to_file,
@@ -137,7 +138,7 @@ def make_tuner(
     where = context.store.ray_storage(TUNE_NAME)
     searcher, samples = search or searcher_for(context, concurrency)
     console = console_settings(verbose, config, samples, concurrency)
-    console["callbacks"] += [NoRetryForGood(), *([seen] if seen else [])]
+    console["callbacks"] += [NoRetryForGood(), StopTrialsOnInterrupt(), *([seen] if seen else [])]
     if resume:
         tuner = tune.Tuner.restore(
             where["storage_path"],
