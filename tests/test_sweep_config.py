@@ -2,6 +2,8 @@
 
 import copy
 import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -374,3 +376,16 @@ def test_a_teacher_of_another_solver_takes_none_of_the_default_teachers_settings
     assert (config.teacher.solver.name, config.teacher.solver.settings) == ("heun", {})
     default = parse_sweep({**VALID, "teacher": {"nfe": 20}}).teacher.solver
     assert (default.name, default.nfe, default.settings) == ("ipndm", 20, {"order": 4})
+
+
+def test_reading_a_sweep_without_fid_loads_no_detector_library() -> None:
+    """The FID detectors' libraries (torch-fidelity, torchvision: 1.4 s of every sweep's start on
+    2 cores) load only for a sweep that names a detector."""
+    read = (
+        "import sys; from spanlift.platform.sweep.config import load_sweep; "
+        f"load_sweep({str(SWEEPS / 'gmm_smoke.yaml')!r}); "
+        "print(sorted({'torch_fidelity', 'torchvision'} & set(sys.modules)))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"

@@ -291,7 +291,6 @@ def _check_batches(top: Section, fit: FitSettings, solvers: Any, workers: int) -
 
 def _evaluation(e: Section, folder: Path) -> EvaluationConfig:
     """`evaluation:`: its own fields, and the options every metric declares."""
-    from spanlift.platform.detectors.registry import DETECTORS
     from spanlift.platform.evaluation.metrics.reference import read_statistics
 
     metric_keys = [key for _, metric in METRICS for key in metric.option_names()]
@@ -299,8 +298,11 @@ def _evaluation(e: Section, folder: Path) -> EvaluationConfig:
     for metric in given.get("metrics", ()):
         if metric not in METRICS:
             e.fail("metrics", metric, f"metrics among {', '.join(METRICS.names())}")
-    if given.get("detector") not in (None, *DETECTORS.names()):
-        e.fail("detector", given["detector"], f"one of {', '.join(DETECTORS.names())}")
+    if given.get("detector") is not None:  # torch-fidelity and torchvision load only here
+        from spanlift.platform.detectors.registry import DETECTORS
+
+        if given["detector"] not in DETECTORS.names():
+            e.fail("detector", given["detector"], f"one of {', '.join(DETECTORS.names())}")
     if given.get("reference", "dataset") not in ("dataset", "teacher"):  # a statistics file
         given["reference"] = relative_paths.within(folder, given["reference"])
         e.checked("reference", lambda: read_statistics(Path(given["reference"])))
