@@ -1,53 +1,19 @@
 """Endpoint teacher matching: fit a learned solver through its full N-step rollout.
 
-    J(S) = E_noise ℓ(Φ_S(x_T), Φ*(x_T))      (the paper, eq. 4)
+`fit(solver, backbone, teacher, settings)` takes a solver, the frozen backbone and the teacher's
+noise and endpoints, and updates the solver's trainable parameters so that its rollout matches
+the teacher (the loss the solver's supervision asks for: `objective`). It returns a `FitResult`:
+the training and validation losses, the fit's seconds, the states it kept on its way, how many
+iterations it ran and what ended it. It guarantees:
 
-or, with `target="observed"` (a conditional backbone with observations, e.g. nowcasting),
-J(S) = E ℓ(D(Φ_S(x_T)), y): the decoded endpoint against what was really observed. A solver that
-declares trajectory supervision (AMED, EPD) is matched at each of its grid points σ_1 … σ_N:
-
-    J(S) = E [ 1/(N−1) Σ_{i<N} mean (x_i − x_i*)²  +  ℓ(x_N, x_N*) ]
-
-and one that declares an input slack r (LD3) may move each training noise within a ball:
-x_T' = x_T + δ with ‖δ‖ ≤ r ‖x_T‖, δ learned per training seed (LD3's soft teacher loss).
-
-The kept state is chosen on validation seeds: the validation teacher set a caller passes (a sweep's
-and `spanlift fit`'s validation seeds, `spanlift.seeds`), else a fraction `validation` of the
-teacher set held out (its last seeds). The loss on it is measured before the first iteration and
-every `validate_every` iterations, in G = min(32, seeds) groups of seeds. A later state must earn
-its place: it may replace the starting state only when it beats it by more than the noise of that
-comparison,
-
-    mean_g (L_0,g − L_t,g) > sd_g(L_0,g − L_t,g) / √G      (one paired standard error),
-
-and among the states that do, the fit keeps the one of lowest validation loss; when none does, it
-keeps its starting state (so a solver that starts as its base, like SpanLift, never ends
-significantly worse than its base on seeds it never saw). Validation seeds given as
-`ValidationBlocks` are used block by block (`judged`): a state is measured on the first block
-(256 seeds), which the validation curve reports, and the sequential test of `sequential.py`
-decides whether it gains over the starting state and is better than the kept one, adding blocks
-(the starting and the kept state measured on each) while it is undecided and applying the rule
-above (lowest loss, one standard error over the start) at the last; a
-validation set given whole is one block, decided by the rule above. Each state the fit keeps on
-its way is
-kept in `FitResult.kept` too, with its iteration, fit seconds and validation loss (the starting
-state first, at 0 s), at most `MAX_KEPT` of them (`keep_state`); the time of every validation is
-in `FitResult.validation_seconds`. With these, the states a fit would have ended with had it
-stopped earlier can be scored (`spanlift leaderboard --at-cost`). The fit's clock starts before
-the solver's own search (`prepare`: GITS's and OSS's grids, DPM-Solver-v3's statistics), which is
-part of its cost. The fit records the smallest relative gain its validation seeds resolve, from
-the starting state's group losses, and warns when that is above 5 % (`resolution.py`). With
-`patience` p > 0 the fit stops early: after p validations in a row none of which beats the last
-state that did (at first the starting state) by more than that same paired standard error;
-`iterations` stays the cap.
-AdamW (`weight_decay`, 0: Adam) with linear warm-up and cosine decay, gradient-norm clipping,
-deterministic under a seed.
-`fit` is a plain function: a Ray Train worker calls it unchanged. It wraps the solver in DDP when
-torch.distributed is initialised (each rank draws its own batches), hands `report` its metrics
-every `log_every` iterations and its full state every `checkpoint_every` iterations, and continues
-exactly from such a state when given one as `resume`. What backward keeps, the networks'
-precision and the backward passes an update takes follow the fit's memory plan (`memory.py`;
-`checkpoint: auto` measures and chooses, `memory_plan.py`); the updates are `optimization.py`'s.
+- the solver ends with the kept state, chosen on validation seeds it never trained on: the best
+  state that beat the starting state by more than the noise of that comparison, else the
+  starting state (`earns_its_place`, `judged`);
+- `iterations` is the cap; with `patience` the fit stops sooner once it no longer gains
+  (`patience_counted`);
+- the same inputs give the same numbers (under `settings.seed`; on a GPU, with
+  `settings.deterministic`), and a fit resumed from a state it reported continues exactly
+  (`update_loop`).
 """
 
 import math
@@ -55,6 +21,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -93,7 +60,11 @@ DEFAULT_SETTINGS = FitSettings()
 
 def endpoint_loss(settings: "FitSettings", backbone: Backbone) -> Callable:
     """ℓ(endpoint, target) as the fit's target asks: against teacher endpoints in sample space,
-    or, decoded, against observations in data space."""
+
+        J(S) = E_noise ℓ(Φ_S(x_T), Φ*(x_T))      (the paper, eq. 4)
+
+    or, with `target="observed"` (a conditional backbone with observations, e.g. nowcasting),
+    decoded, against what was really observed in data space: J(S) = E ℓ(D(Φ_S(x_T)), y)."""
     make_loss, options = LOSSES.get(settings.loss), settings.loss_options
     if settings.target == "observed":
         loss_fn = make_loss(lambda data: data, **options)
@@ -108,9 +79,15 @@ def objective(
     plan: MemoryPlan | None = None,
     raw_loss: Callable | None = None,
 ) -> Objective:
-    """The loss of one batch, for the supervision the solver declares (module docstring), its
-    backbone calls and loss networks run as the memory plan says (default: as `settings` ask);
-    `raw_loss`: the endpoint loss, when already built."""
+    """The loss of one batch, for the supervision the solver declares: the endpoint's
+    (`endpoint_loss`), or for trajectory supervision (AMED, EPD) a match at each grid point:
+
+        J(S) = E [ 1/(N−1) Σ_{i<N} mean (x_i − x_i*)²  +  ℓ(x_N, x_N*) ]   over σ_1 … σ_N
+
+    A solver that declares an input slack r (LD3) may move each training noise within a ball:
+    x_T' = x_T + δ with ‖δ‖ ≤ r ‖x_T‖, δ learned per training seed (LD3's soft teacher loss;
+    `optimization.py` keeps δ in it). Its backbone calls and loss networks run as the memory plan
+    says (default: as `settings` ask); `raw_loss`: the endpoint loss, when already built."""
     plan = plan or MemoryPlan.of(
         settings.checkpoint, settings.precision, settings.micro_batch, settings.batch_size
     )
@@ -169,12 +146,8 @@ def split_validation(teacher: TeacherSet, fraction: float) -> tuple[TeacherSet, 
 VALIDATION_GROUPS = 32
 """Groups of validation seeds whose losses pair a later state with the starting state."""
 NOISE_MULTIPLE = 1.0
-"""How many paired standard errors a later state must beat the starting state by. Measured on
-the mixture (`benchmarks/kept_state.py`: SpanLift on DyWeight, NFE 5, 1 000 iterations, fit seeds
-0, 1, 2, 256 validation seeds), SpanLift's test RMSE over its base's: 0 and 1 give 1.000, 0.956,
-1.006, 2 gives 1.000 three times (it throws the 4.4 % gain away); with nothing to learn
-(tests/test_kept_state.py), 0 keeps states 0.6–0.9 % worse on test seeds, 1 and 2 the starting
-state (docs/results.md)."""
+"""How many paired standard errors a later state must beat the starting state by (the choice of 1
+against 0 and 2 is measured in docs/results.md, "Which state a fit keeps")."""
 
 
 @torch.no_grad()
@@ -210,9 +183,14 @@ def validation_loss(
 
 
 def earns_its_place(start: Tensor, later: Tensor) -> bool:
-    """Whether a later state beats the starting state by more than the noise of the comparison:
-    mean_g(L_0,g − L_t,g) > NOISE_MULTIPLE · sd_g / √G over the same G groups (with one group,
-    any gain)."""
+    """Whether a later state earns its place: it beats the starting state by more than the noise
+    of that comparison over the same G groups of validation seeds,
+
+        mean_g (L_0,g − L_t,g) > NOISE_MULTIPLE · sd_g(L_0,g − L_t,g) / √G
+
+    (with one group, any gain). Among the states that do, the fit keeps the one of lowest
+    validation loss; when none does, its starting state (so a solver that starts as its base,
+    like SpanLift, never ends significantly worse than its base on seeds it never saw)."""
     gain = start - later
     if len(gain) < 2:
         return bool(gain.sum() > 0)
@@ -231,8 +209,11 @@ tens of thousands of parameters), so 32 copies stay a few MB."""
 def keep_state(
     result: FitResult, iteration: int, seconds: float, loss: float, state: dict[str, Tensor]
 ) -> None:
-    """Add a kept state to `result.kept` (its weights on the CPU); past `MAX_KEPT`, drop the state i (0 < i < last)
-    whose neighbours lie closest in time (smallest seconds[i+1] − seconds[i−1])."""
+    """Add a kept state to `result.kept` with its iteration, fit seconds and validation loss (its
+    weights on the CPU; the starting state first, at 0 s), so the states a fit would have ended
+    with had it stopped earlier can be scored (`spanlift leaderboard --at-cost`). Past
+    `MAX_KEPT`, drop the state i (0 < i < last) whose neighbours lie closest in time (smallest
+    seconds[i+1] − seconds[i−1])."""
     on_cpu = {name: value.cpu() for name, value in state.items()}  # no copy when on the CPU
     result.kept.append(
         {"iteration": iteration, "seconds": seconds, "val_loss": loss, "state": on_cpu}
@@ -247,25 +228,25 @@ def validation_resolves(best: Best) -> float | None:
     """The smallest relative gain over the starting state the kept-state rule resolves on the
     validation seeds the fit used (`resolution.resolves` of the starting state's group losses
     on every block it was measured on); None without validation seeds."""
-    start = best.get("start")
-    if start is None:
+    if best.start is None:
         return None
-    return resolves(torch.cat(start) if isinstance(start, list) else start, NOISE_MULTIPLE)
+    return resolves(torch.cat(best.start), NOISE_MULTIPLE)
 
 
 def seeds_used(best: Best, blocks: "ValidationBlocks | SingleBlock | None") -> int | None:
     """The validation seeds of the blocks the fit used (those the starting state was measured
     on); None without validation seeds."""
-    if blocks is None or best.get("start") is None:
+    if blocks is None or best.start is None:
         return None
-    return sum(blocks.size(j) for j in range(len(in_blocks(best)["start"])))
+    return sum(blocks.size(j) for j in range(len(best.start)))
 
 
 def resolution_at_cap(
     best: Best, blocks: "ValidationBlocks | SingleBlock"
 ) -> tuple[float | None, int]:
     """What all the validation seeds would resolve, scaled from the first block's resolution
-    as 1/√n (`resolution.py`), and their number."""
+    as 1/√n (`resolution.py`), and their number: the fit warns when that is coarser than
+    `resolution.WANTED_GAIN` (`warn_if_coarse`)."""
     first, seeds = validation_resolves(best), blocks.size(0)
     total = sum(blocks.size(j) for j in range(blocks.count))
     return (None if first is None else first * math.sqrt(seeds / total)), total
@@ -311,11 +292,15 @@ def fit(
     resume: FitState | None = None,
     validation: TeacherSet | ValidationBlocks | None = None,
 ) -> FitResult:
-    """Train the solver's trainable parameters to match the teacher (module docstring); the
-    solver ends with the kept state: the best validation state that earned its place, else its
-    starting state. `validation`: the seeds that choose it (default: the last `settings.validation`
-    of the teacher set, held out from training; `ValidationBlocks`: seeds added while the
-    comparison is undecided, `sequential.py`)."""
+    """Train the solver's trainable parameters to match the teacher (`objective`); the solver
+    ends with the kept state: the best validation state that earned its place, else its starting
+    state. `validation`: the seeds that choose it (a sweep's and `spanlift fit`'s validation
+    seeds, `spanlift.seeds`; default: the last `settings.validation` of the teacher set, held out
+    from training, `split_validation`; `ValidationBlocks`: seeds added while the comparison is
+    undecided, `judged`). `report` gets the metrics every `log_every` iterations and the fit's
+    full state every `checkpoint_every`; given such a state as `resume`, the fit continues
+    exactly from it. A plain function: a Ray Train worker calls it unchanged, and it wraps the
+    solver in DDP when torch.distributed is initialised (each rank draws its own batches)."""
     with deterministic_algorithms(settings.deterministic):
         return fit_steps(solver, backbone, teacher, settings, report, progress, resume, validation)
 
@@ -330,7 +315,11 @@ def fit_steps(
     resume: FitState | None,
     validation: TeacherSet | ValidationBlocks | None,
 ) -> FitResult:
-    """`fit`'s loop."""
+    """`fit`'s loop. The fit's clock starts before the solver's own search (`prepare`: GITS's and
+    OSS's grids, DPM-Solver-v3's statistics), which is part of its cost. What backward keeps, the
+    networks' precision and the backward passes an update takes follow the fit's memory plan
+    (`memory.py`; `checkpoint: auto` measures and chooses, `memory_plan.py`); the updates are
+    `optimization.py`'s (AdamW, warm-up and cosine decay, gradient-norm clipping)."""
     params = trainable(solver)
     torch.manual_seed(settings.seed)
     if validation is None:
@@ -352,13 +341,14 @@ def fit_steps(
         steps = Optimization.set_up(solver, params, train, settings, plan)
         result = FitResult(memory=plan.params())
         if resume:
-            best = in_blocks(steps.restore(solver, resume, result))
+            best = steps.restore(solver, resume, result)
         else:
             best = starting_best(solver, loss, blocks, settings, result, plan.rollout_batch)
             result.seconds = time.perf_counter() - started  # where `update_loop`'s clock goes on
             if blocks is not None:
                 warn_if_coarse(*resolution_at_cap(best, blocks))
-        update_loop(solver, steps, loss, train, blocks, settings, report, progress, best, result)
+        run = FitRun(solver, steps, loss, train, blocks, settings, report, progress)
+        update_loop(run, best, result)
     if not all(torch.isfinite(p).all() for p in params):
         raise TrainingDivergedError(
             f"fit of {solver.spec.label()} left non-finite parameters; lower lr"
@@ -366,20 +356,28 @@ def fit_steps(
     return result
 
 
-def update_loop(
-    solver: Solver,
-    steps: "Optimization",
-    loss: Objective,
-    train: TeacherSet,
-    validation: "ValidationBlocks | SingleBlock | None",
-    settings: FitSettings,
-    report: Report | None,
-    progress: bool,
-    best: "Best",
-    result: FitResult,
-) -> None:
-    """The updates from the first not yet made to the last, validating, keeping the best state
-    and reporting as the settings say; `result` filled in."""
+@dataclass(frozen=True)
+class FitRun:
+    """What a fit's updates work with and never change: the solver, how it is updated, its loss,
+    the training set, the validation seeds (None: nothing held out, the last state is kept), the
+    settings, and where and how it reports."""
+
+    solver: Solver
+    steps: Optimization
+    loss: Objective
+    train: TeacherSet
+    blocks: "ValidationBlocks | SingleBlock | None"
+    settings: FitSettings
+    report: Report | None = None
+    progress: bool = True
+
+
+def update_loop(run: FitRun, best: Best, result: FitResult) -> None:
+    """The updates from the first not yet made (a resumed fit's next) to the last, validating
+    every `validate_every` iterations and at the last (`validated`), keeping the best state,
+    stopping by the `patience` rule, and reporting as the settings say; the solver ends with the
+    kept state, `result` filled in."""
+    solver, steps, settings = run.solver, run.steps, run.settings
     model = distributed(solver)
     start = time.perf_counter() - result.seconds
     first = len(result.losses)
@@ -392,61 +390,54 @@ def update_loop(
         initial=first,
         total=settings.iterations,
         desc=f"fit {solver.spec.label()}",
-        disable=not progress,
+        disable=not run.progress,
     )
     for iteration in bar:
-        value = steps.measured_step(solver, model, loss, train, iteration, settings, result)
+        value = steps.measured_step(solver, model, run.loss, run.train, iteration, settings, result)
         result.losses.append(value)
         done = result.iterations_run = iteration + 1
         last = done == settings.iterations
         metrics = {"iteration": done, "loss": value, "lr": steps.schedule.get_last_lr()[0]}
-        if validation is not None and (done % settings.validate_every == 0 or last):
-            best, metrics["val_loss"] = validated(
-                solver, loss, validation, steps, done, start, best, result
-            )
-            if settings.patience and best["stale"] >= settings.patience and not last:
+        if run.blocks is not None and (done % settings.validate_every == 0 or last):
+            best, metrics["val_loss"] = validated(run, done, start, best, result)
+            if settings.patience and best.stale >= settings.patience and not last:
                 last, result.stopped_by = True, "rule"
-        elif validation is None and last:  # nothing held out: the last state is the one kept
+        elif run.blocks is None and last:  # nothing held out: the last state is the one kept
             keep_state(result, done, time.perf_counter() - start, math.nan, state_copy(solver))
         if last:
             result.stopped_by = result.stopped_by or "cap"
-        if last and best["state"] is not None:
-            solver.load_state_dict(best["state"])  # the kept state is what the last report saves
+        if last and best.state is not None:
+            solver.load_state_dict(best.state)  # the kept state is what the last report saves
         bar.set_postfix(loss=f"{value:.3g}")
         checkpoint = done % settings.checkpoint_every == 0 or last
-        if report and (iteration % settings.log_every == 0 or checkpoint):
+        if run.report and (iteration % settings.log_every == 0 or checkpoint):
             seconds = time.perf_counter() - start
             state = steps.state(solver, done, result, best, seconds) if checkpoint else None
-            report({**metrics, "best_iteration": best["iteration"]}, state)
+            run.report({**metrics, "best_iteration": best.iteration}, state)
         if last:
             break
     result.seconds = time.perf_counter() - start
-    result.best_iteration = best["iteration"]
+    result.best_iteration = best.iteration
     result.stopped_by = result.stopped_by or "cap"
     result.validation_resolves = validation_resolves(best)
-    result.validation_seeds = seeds_used(best, validation)
+    result.validation_seeds = seeds_used(best, run.blocks)
 
 
 def validated(
-    solver: Solver,
-    loss: Objective,
-    blocks: "ValidationBlocks | SingleBlock",
-    steps: "Optimization",
-    done: int,
-    start: float,
-    best: Best,
-    result: FitResult,
+    run: FitRun, done: int, start: float, best: Best, result: FitResult
 ) -> tuple[Best, float]:
     """The held-out loss after `done` updates, on the first block of validation seeds (recorded
     in `result` with its fit seconds since `start`), the state kept when it earns its place
-    (`judged`), and the stopping rule's count."""
-    later, kept, best = judged(solver, loss, blocks, best, steps.plan.rollout_batch)
+    (`judged`; also kept in `result.kept`, `keep_state`), and the stopping rule's count. For a
+    fit with validation seeds (`run.blocks`)."""
+    blocks = run.blocks
+    later, kept, best = judged(run.solver, run.loss, blocks, best, run.steps.plan.rollout_batch)
     value = result.validation[done] = mean_loss(later[0], blocks.block(0))
     seconds = result.validation_seconds[done] = time.perf_counter() - start
     if kept:
-        state = state_copy(solver)
-        best = {**best, "iteration": done, "loss": value, "state": state, "kept_groups": later}
-        keep_state(result, done, seconds, best["loss"], best["state"])
+        state = state_copy(run.solver)
+        best = replace(best, iteration=done, loss=value, state=state, kept_groups=later)
+        keep_state(result, done, seconds, value, state)
     return patience_counted(best, later), value
 
 
@@ -458,8 +449,13 @@ def judged(
     batch: int,
 ) -> tuple[list[Tensor], bool, Best]:
     """The solver's group losses on each block its choice needed, whether its state is kept,
-    and `best` with the starting and kept states' losses on the blocks added: block by block
-    until `verdict` decides (`sequential.py`)."""
+    and `best` with the starting and kept states' losses on the blocks added. Validation seeds
+    given as `ValidationBlocks` are used block by block: a state is measured on the first block
+    (256 seeds), which the validation curve reports, and the sequential test of `sequential.py`
+    decides whether it gains over the starting state and is better than the kept one, adding
+    blocks (the starting and the kept state measured on each, `covering`) while it is undecided
+    and applying the fixed rule (lowest loss, `earns_its_place` over the start) at the last
+    (`verdict`); a validation set given whole is one block, decided by the fixed rule."""
     later: list[Tensor] = []
     while True:
         best = covering(solver, loss, blocks, best, len(later), batch)
@@ -474,13 +470,13 @@ def verdict(best: Best, later: list[Tensor], blocks: "ValidationBlocks | SingleB
     gain over the starting state (`compared`) and, when another state is kept, be better than
     it (`ordered`)."""
     used = len(later)
-    start_kept = best.get("kept_groups") is None
-    if start_kept and used == blocks.count and not lower(later, best["start"][:used], blocks):
+    start_kept = best.kept_groups is None
+    if start_kept and used == blocks.count and not lower(later, best.start[:used], blocks):
         return NO_GAIN  # the fixed rule: lower than the kept state, here the starting one
-    over_start = compared(best["start"][:used], later, blocks.count)
-    if best.get("kept_groups") is None or over_start == NO_GAIN:
+    over_start = compared(best.start[:used], later, blocks.count)
+    if best.kept_groups is None or over_start == NO_GAIN:
         return over_start
-    over_kept = ordered(best["kept_groups"][:used], later, blocks)
+    over_kept = ordered(best.kept_groups[:used], later, blocks)
     if over_kept != GAIN:
         return over_kept
     return over_start
@@ -533,16 +529,13 @@ def covering(
 ) -> Best:
     """`best` with the starting and the kept state's group losses on blocks 0 … `index`, those
     missing computed from their weights (the block generated when it is new)."""
-    start = list(best["start"])
+    start = list(best.start)
     while len(start) <= index:
-        start.append(
-            losses_with(solver, best["start_state"], loss, blocks.block(len(start)), batch)
-        )
-    kept = best.get("kept_groups")
-    kept = None if kept is None else list(kept)
+        start.append(losses_with(solver, best.start_state, loss, blocks.block(len(start)), batch))
+    kept = None if best.kept_groups is None else list(best.kept_groups)
     while kept is not None and len(kept) <= index:
-        kept.append(losses_with(solver, best["state"], loss, blocks.block(len(kept)), batch))
-    return {**best, "start": start, "kept_groups": kept}
+        kept.append(losses_with(solver, best.state, loss, blocks.block(len(kept)), batch))
+    return replace(best, start=start, kept_groups=kept)
 
 
 def losses_with(
@@ -561,21 +554,13 @@ def patience_counted(best: Best, groups: list[Tensor]) -> Best:
     """`best` with the stopping rule's count after a validation of these group losses: reset
     when they beat the last state that gained (at first the starting state) by more than the
     noise (`earns_its_place`, on the blocks both were measured on), else one more validation
-    without a gain."""
-    gained = best.get("gained", best["start"])
+    without a gain. With `patience` p > 0 the fit stops once p validations in a row have not
+    gained (`update_loop`); `iterations` stays the cap."""
+    gained = best.last_gain
     used = min(len(gained), len(groups))
     if earns_its_place(torch.cat(gained[:used]), torch.cat(groups[:used])):
-        return {**best, "gained": groups, "stale": 0}
-    return {**best, "gained": gained, "stale": best.get("stale", 0) + 1}
-
-
-def in_blocks(best: Best) -> Best:
-    """A resumed fit's `best` with its group losses as lists of blocks (a state saved before
-    validation came in blocks held one tensor each)."""
-    lists = {
-        name: [best[name]] for name in ("start", "gained") if isinstance(best.get(name), Tensor)
-    }
-    return {**best, **lists}
+        return replace(best, gained=groups, stale=0)
+    return replace(best, gained=gained, stale=best.stale + 1)
 
 
 def trainable(solver: Solver) -> list[torch.nn.Parameter]:
@@ -612,21 +597,16 @@ def starting_best(
     batch: int = VALIDATION_BATCH,
 ) -> Best:
     """The best state before the first update: the starting state scored on the first block of
-    validation seeds (`batch` seeds at a time), or, with nothing held out, a placeholder for the
-    last state."""
+    validation seeds (`batch` seeds at a time; the fit records what they resolve,
+    `validation_resolves`), or, with nothing held out, a placeholder for the last state."""
     if blocks is None:
         keep_state(result, 0, 0.0, math.nan, state_copy(solver))
-        return {"iteration": settings.iterations, "loss": math.inf, "state": None, "start": None}
+        return Best(iteration=settings.iterations, loss=math.inf)
     start = validation_losses(solver, loss, blocks.block(0), batch)
     result.validation[0] = mean_loss(start, blocks.block(0))
     result.validation_seconds[0] = 0.0  # before the fit's clock starts
     state = state_copy(solver)
     keep_state(result, 0, 0.0, result.validation[0], state)
-    return {
-        "iteration": 0,
-        "loss": result.validation[0],
-        "state": state,
-        "start": [start],
-        "start_state": state,
-        "kept_groups": None,
-    }
+    return Best(
+        iteration=0, loss=result.validation[0], state=state, start=[start], start_state=state
+    )

@@ -190,7 +190,7 @@ class Optimization:
             "validation": result.validation,
             "validation_seconds": result.validation_seconds,
             "kept": result.kept,
-            "best": best,
+            "best": best.to_dict(),
             "slack": None if self.slack is None else self.slack.detach().cpu(),
             "memory": dict(result.memory),
             "stopped_by": result.stopped_by,
@@ -198,7 +198,8 @@ class Optimization:
         }
 
     def restore(self, solver: Solver, saved: FitState, result: FitResult) -> Best:
-        """Load a `state` into the solver, this optimization and `result`; its best state."""
+        """Load a `state` into the solver, this optimization and `result`; its best state (saved
+        by this version or an earlier one, `Best.from_dict`)."""
         solver.load_state_dict(saved["solver"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.schedule.load_state_dict(saved["schedule"])
@@ -213,7 +214,7 @@ class Optimization:
         result.stopped_by = saved.get("stopped_by", "")
         if self.slack is not None:
             self.slack.data.copy_(saved["slack"])
-        return dict(saved["best"])
+        return Best.from_dict(saved["best"])
 
 
 def world_size() -> int:

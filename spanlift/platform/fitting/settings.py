@@ -206,11 +206,50 @@ KeptState = dict[str, Any]
 validation loss `val_loss` (NaN without validation seeds) and the solver's weights `state`."""
 
 
-Best = dict[str, Any]
-"""The kept state so far: its iteration, its validation loss and the solver's weights (None
-while the starting state is kept without a copy), and the starting state's group losses
-(`start`, one tensor per block of validation seeds) every later state is compared with, the
-starting state's weights (`start_state`, to measure it on blocks added later) and the kept
-state's group losses by block (`kept_groups`; None while it is the starting state); for the
-stopping rule, the group losses of the last state that gained (`gained`) and the validations
-since (`stale`)."""
+@dataclass(frozen=True, eq=False)
+class Best:
+    """The kept state so far, and what later states are compared with (`fit.judged`,
+    `fit.patience_counted`). A fit's saved state holds it as a plain dict (`to_dict`), so the
+    state loads with weights_only; `from_dict` reads that dict, as saved by any version."""
+
+    iteration: int
+    """The iteration whose state is kept (with nothing held out: the last, `iterations`)."""
+    loss: float
+    """Its validation loss on the first block of validation seeds (inf with nothing held out)."""
+    state: dict[str, torch.Tensor] | None = None
+    """The solver's weights then; None with nothing held out (the last state is kept)."""
+    start: list[torch.Tensor] | None = None
+    """The starting state's group losses, one tensor per block of validation seeds it was
+    measured on, that every later state is compared with; None without validation seeds."""
+    start_state: dict[str, torch.Tensor] | None = None
+    """The starting state's weights, to measure it on blocks added later."""
+    kept_groups: list[torch.Tensor] | None = None
+    """The kept state's group losses by block; None while the kept state is the starting one."""
+    gained: list[torch.Tensor] | None = None
+    """For the stopping rule: the group losses of the last state that gained (None: the starting
+    state, `start`)."""
+    stale: int = 0
+    """For the stopping rule: the validations since a state last gained."""
+
+    @property
+    def last_gain(self) -> list[torch.Tensor]:
+        """The group losses of the last state that gained: at first the starting state's."""
+        return self.start if self.gained is None else self.gained
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for a saved fit state (the tensors not copied); `gained` left out while it
+        is the starting state's, as fits saved it before this type (so they read it too)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.gained is None:
+            del data["gained"]
+        return data
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> "Best":
+        """`to_dict`'s inverse, for any saved state: missing fields take their defaults, and group
+        losses saved as one tensor (before validation came in blocks) become one block."""
+        data = {f.name: saved[f.name] for f in fields(cls) if f.name in saved}
+        for name in ("start", "gained"):
+            if isinstance(data.get(name), torch.Tensor):
+                data[name] = [data[name]]
+        return cls(**data)

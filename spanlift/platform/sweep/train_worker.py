@@ -22,7 +22,7 @@ import torch
 from spanlift.backbones import load_backbone
 from spanlift.errors import TrainingDivergedError
 from spanlift.platform.fitting.compare import base_fit_seconds
-from spanlift.platform.fitting.fit import FitSettings, FitState, fit, validation_resolves
+from spanlift.platform.fitting.fit import Best, FitSettings, FitState, fit, validation_resolves
 from spanlift.platform.sampling.teacher import read_teacher
 from spanlift.platform.storage import Storage
 from spanlift.platform.sweep.gpu_telemetry import GpuTelemetry
@@ -108,7 +108,7 @@ class Reporter:
                 "stopped_by": state["stopped_by"],
                 "kept_states": state["kept"],
                 "base_fit_seconds": base_fit_seconds(self.solver.spec),
-                "validation_resolves": validation_resolves(state["best"]),
+                "validation_resolves": validation_resolves(Best.from_dict(state["best"])),
             }
             save_solver(Path(folder) / SOLVER_FILE, self.solver, metadata=history)
             ray.train.report(
