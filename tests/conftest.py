@@ -16,8 +16,11 @@ from spanlift.solvers.peers import PeerSolver
 from .missing_packages import skip_is_a_missing_package
 from .mlflow_store import Store
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test-fast`: one torch thread per test process
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: one torch thread per test process,
     torch.set_num_threads(1)
+    # and per process a test starts (`spanlift` commands, benchmarks): two test processes on two
+    # cores, each starting commands whose OpenMP threads would otherwise spin against the other's
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 NATIVE_SOLVERS = sorted(name for name, cls in SOLVERS if not issubclass(cls, PeerSolver))
 """The solvers whose loop is spanlift's. Peer solvers run another library's loop (diffusers,

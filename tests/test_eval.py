@@ -1,4 +1,4 @@
-"""Sample metrics on Ray evaluator actors: the same FID and LPIPS for 1, 2 or 3 actors, cached
+"""Sample metrics on Ray evaluator actors: the same FID and LPIPS for 1 or 3 actors, cached
 references, `spanlift eval` into MLflow, bad input (LPIPS asked for without its weights among it)
 refused before any work."""
 
@@ -62,7 +62,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> EvaluatorSetup:
 
 
 @pytest.mark.e2e
-def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_ray, setup) -> None:
+def test_fid_and_lpips_over_1_and_3_actors_equal_the_single_process_values(
+    local_ray, setup
+) -> None:
     evaluator = Evaluator(setup)
     reference = evaluator.image_states(evaluator.backbone.reference_images(), ("fid",))["fid"]
     single = evaluator.solver_states(SPEC, None, SEEDS, ("fid", "lpips"))
@@ -71,7 +73,7 @@ def test_fid_and_lpips_over_1_2_3_actors_equal_the_single_process_values(local_r
     assert single["lpips"].count == len(SEEDS) and single["lpips"].mean > 0
     assert single["sampling"].count == len(SEEDS) and single["sampling"].total > 0
     with running_evaluators(setup, 3, cpus=0.5) as three:
-        for count in (1, 2, 3):
+        for count in (1, 3):  # one actor: the pool's path; three: 150 seeds split unevenly
             pool = EvaluatorPool(setup, three.actors[:count])
             merged = pool.solver_states(SPEC, None, SEEDS, ("fid", "lpips"), f"x{count}")
             dataset = {"fid": reference}
