@@ -25,7 +25,7 @@ one base sub-step, so such a grid spends one evaluation fewer (`to_zero` in `nfe
 
 Both fit against the teacher's states at each coarse σ_i (`supervision = "trajectory"`).
 The pieces EPD shares (the intermediate-point solver, the batched evaluation at intermediate
-points, the plugin's base) live here.
+points, the plugin set-up `Plugin.plug_in`) live here.
 """
 
 import math
@@ -150,30 +150,34 @@ class AMED(IntermediatePointSolver):
         return c.to(x.dtype) * d_s
 
 
-def plugin_base(
-    solver: str,
-    base: str,
-    grid: Grid,
-    channels: int,
-    afs: bool,
-    settings: dict[str, Any] | None,
-) -> Solver:
-    """A plugin's base, trained with it, on `grid`; AFS is the plugin's own setting. The base must
-    spend one evaluation per step and step on the grid it is handed."""
-    settings = dict(settings or {})
-    if "afs" in settings:
-        raise SettingsError(f"{solver}: set afs on {solver} itself, not in base_settings")
-    if SOLVERS.get(base).nfe_for_steps(2, settings) != 2:
-        raise SettingsError(
-            f"{solver} base must spend one evaluation per step (a direction without model "
-            f"calls), got {base!r}"
-        )
-    if afs:
-        settings["afs"] = True
-    built = build_base(solver, base, grid, channels, settings, trainable=True)
-    if built.grid is not grid:
-        raise SettingsError(f"{solver} base must step on the grid it is handed; {base} does not")
-    return built
+class Plugin(IntermediatePointSolver):
+    """A plugin over a base multistep solver (AMED-Plugin, EPD-Plugin), set up by `plug_in`."""
+
+    base: Solver
+
+    def plug_in(
+        self, base: str, grid: Grid, channels: int, base_settings: dict[str, Any] | None
+    ) -> None:
+        """Build the base, trained with the plugin, on `grid`, and read its history; AFS is the
+        plugin's own setting. The base must spend one evaluation per step and step on the grid it
+        is handed."""
+        solver, settings = self.name, dict(base_settings or {})
+        if "afs" in settings:
+            raise SettingsError(f"{solver}: set afs on {solver} itself, not in base_settings")
+        if SOLVERS.get(base).nfe_for_steps(2, settings) != 2:
+            raise SettingsError(
+                f"{solver} base must spend one evaluation per step (a direction without model "
+                f"calls), got {base!r}"
+            )
+        if self.afs:
+            settings["afs"] = True
+        built = build_base(solver, base, grid, channels, settings, trainable=True)
+        if built.grid is not grid:
+            raise SettingsError(
+                f"{solver} base must step on the grid it is handed; {base} does not"
+            )
+        self.base = built
+        self.buffer_size = built.buffer_size
 
 
 def interleaved(sigmas: Tensor, points: Tensor) -> Tensor:
@@ -195,7 +199,7 @@ class InterleavedGrid(Grid):
 
 
 @SOLVERS.register("amed_plugin")
-class AMEDPlugin(IntermediatePointSolver):
+class AMEDPlugin(Plugin):
     """AMED-Plugin: a base multistep solver on σ_0, s_0, σ_1, …, σ_N, the landing on σ_{i+1} scaled by c_i."""
 
     citation = "Zhou et al., CVPR 2024 (AMED)"
@@ -216,9 +220,7 @@ class AMEDPlugin(IntermediatePointSolver):
     ) -> None:
         super().__init__(sigmas, afs)
         self.g = StepNetwork(self.name, hidden_dim, r_init, scale_init)
-        grid = InterleavedGrid(self)
-        self.base = plugin_base(self.name, base, grid, channels, afs, base_settings)
-        self.buffer_size = self.base.buffer_size
+        self.plug_in(base, InterleavedGrid(self), channels, base_settings)
 
     def fine_grid(self) -> tuple[Tensor, Tensor]:
         """The interleaved grid σ_0, s_0, σ_1, …, σ_N and the scales c_0 … c_{M−1}, both

@@ -31,14 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
-from spanlift.solvers.amed import (
-    IntermediatePointSolver,
-    check_fraction,
-    check_scale,
-    derivatives_at,
-    geometric,
-    plugin_base,
-)
+from spanlift.solvers.amed import Plugin, check_fraction, check_scale, derivatives_at, geometric
 from spanlift.solvers.base import Denoiser, History, Point
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.operators import check_positive
@@ -58,7 +51,7 @@ def initial_points(solver: str, points: int, r_init: Sequence[float] | None) -> 
 
 
 @SOLVERS.register("epd_plugin")
-class EPDPlugin(IntermediatePointSolver):
+class EPDPlugin(Plugin):
     """EPD-Plugin: x_{i+1} = x_i + h_i c_i Σ_k λ_{i,k} d(x_i + (s_{i,k} − σ_i) Δ_i^base, s_{i,k})."""
 
     citation = "Zhu et al., ICCV 2025 (EPD)"
@@ -77,8 +70,7 @@ class EPDPlugin(IntermediatePointSolver):
         scale_init: float = 1.0,
     ) -> None:
         super().__init__(sigmas, afs)
-        self.base = plugin_base(self.name, base, self.grid, channels, afs, base_settings)
-        self.buffer_size = self.base.buffer_size
+        self.plug_in(base, self.grid, channels, base_settings)
         r = initial_points(self.name, check_positive("points", points), r_init)
         self.r_logits = nn.Parameter((r / (1 - r)).log().float().repeat(self.num_steps, 1))
         self.weight_logits = nn.Parameter(torch.zeros(self.num_steps, points))

@@ -60,7 +60,7 @@ from spanlift.errors import SettingsError
 from spanlift.registry import Registry
 from spanlift.solvers.base import Denoiser, History, Solver, Step
 from spanlift.solvers.grid import FixedGrid, Grid, LearnedGrid
-from spanlift.solvers.on_base import OnBase, build_base
+from spanlift.solvers.on_base import OnBase
 from spanlift.solvers.operators import check_positive
 from spanlift.solvers.registry import SOLVERS
 from spanlift.solvers.schedules import SCHEDULES
@@ -177,9 +177,7 @@ class GridSearch(OnBase):
         fine_steps: int,
         fine_schedule: str,
     ) -> None:
-        super().__init__(
-            build_base(self.name, base, searchable(sigmas, self.name), channels, base_settings)
-        )
+        super().__init__(searchable(sigmas, self.name), channels, base, base_settings)
         self.teacher, self.teacher_settings = teacher, dict(teacher_settings or {})
         check_settings(teacher, self.teacher_settings)
         searched_steps = self.num_steps - int(self.ends_at_zero)

@@ -25,7 +25,7 @@ from torch import Tensor
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History, Step
 from spanlift.solvers.grid import Grid, learned_grid
-from spanlift.solvers.on_base import OnBase, build_base
+from spanlift.solvers.on_base import OnBase
 from spanlift.solvers.registry import SOLVERS
 
 
@@ -58,7 +58,7 @@ class LD3(OnBase):
         slack: float = 0.1,
     ) -> None:
         grid = learned_grid(sigmas, self.name)
-        super().__init__(build_base(self.name, base, grid, channels, base_settings))
+        super().__init__(grid, channels, base, base_settings)
         grid.requires_grad_(True)  # the base is frozen; its grid is what LD3 learns
         self.input_slack = check_slack(slack)
 

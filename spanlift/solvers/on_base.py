@@ -48,27 +48,43 @@ def build_base(
 
 
 class OnBase(Solver):
-    """Delegates grid, NFE and evaluation to `self.base` (the constructor's `base` default names
-    it when unset)."""
+    """Delegates grid, NFE and evaluation to `self.base`, the registered solver `base` built on
+    `sigmas` with `base_settings` (`build_base`; the subclass's constructor default names it when
+    unset)."""
 
     base: Solver
 
-    def __init__(self, base: Solver) -> None:
+    def __init__(
+        self,
+        sigmas: Tensor | Grid,
+        channels: int,
+        base: str,
+        base_settings: dict[str, Any] | None = None,
+        base_checkpoint: str | None = None,
+        trainable: bool = False,
+    ) -> None:
+        built = build_base(
+            self.name, base, sigmas, channels, base_settings, base_checkpoint, trainable
+        )
         nn.Module.__init__(self)  # no grid of its own: `grid` is the base's
-        self.base = base
-        self.afs = base.afs
-        self.buffer_size = base.buffer_size
-        self.ends_at_zero = base.ends_at_zero
+        self.base = built
+        self.afs = built.afs
+        self.buffer_size = built.buffer_size
+        self.ends_at_zero = built.ends_at_zero
+
+    @classmethod
+    def base_class(cls, settings: dict[str, Any]) -> type[Solver]:
+        """The registered class of the base `settings` name (the constructor's default unset)."""
+        return SOLVERS.get(settings.get("base", solver_settings(cls)["base"]))
 
     @classmethod
     def nfe_for_steps(cls, steps: int, settings: dict[str, Any], to_zero: bool = False) -> int:
-        base = SOLVERS.get(settings.get("base", solver_settings(cls)["base"]))
-        return base.nfe_for_steps(steps, settings.get("base_settings") or {}, to_zero)
+        base_settings = settings.get("base_settings") or {}
+        return cls.base_class(settings).nfe_for_steps(steps, base_settings, to_zero)
 
     @classmethod
     def free_steps(cls, settings: dict[str, Any]) -> int:
-        base = SOLVERS.get(settings.get("base", solver_settings(cls)["base"]))
-        return base.free_steps(settings.get("base_settings") or {})
+        return cls.base_class(settings).free_steps(settings.get("base_settings") or {})
 
     @property
     def grid(self) -> Grid:

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History
 from spanlift.solvers.grid import Grid
-from spanlift.solvers.on_base import OnBase, build_base
+from spanlift.solvers.on_base import OnBase
 from spanlift.solvers.registry import SOLVERS
 
 
@@ -99,7 +99,7 @@ class PAS(OnBase):
         start: bool = True,
         corrected: list[int] | None = None,
     ) -> None:
-        super().__init__(build_base(self.name, base, sigmas, channels, base_settings))
+        super().__init__(sigmas, channels, base, base_settings)
         if self.base.searches:
             raise SettingsError(
                 f"pas cannot take {base!r} as its base: its search moves the grid at which pas "

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History
 from spanlift.solvers.grid import Grid
-from spanlift.solvers.on_base import OnBase, build_base
+from spanlift.solvers.on_base import OnBase
 from spanlift.solvers.operators import OPERATORS, check_positive
 from spanlift.solvers.registry import SOLVERS
 
@@ -55,15 +55,7 @@ class SpanLift(OnBase):
         beta_init: float = 0.0,
     ) -> None:
         super().__init__(
-            build_base(
-                self.name,
-                base,
-                sigmas,
-                channels,
-                base_settings,
-                base_checkpoint,
-                trainable=not freeze_base,
-            )
+            sigmas, channels, base, base_settings, base_checkpoint, trainable=not freeze_base
         )
         if not self.base.steps_by_direction:
             raise SettingsError(
