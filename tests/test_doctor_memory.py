@@ -27,6 +27,7 @@ from spanlift.platform.sweep.evaluation import evaluator_setup
 from spanlift.solvers import SolverSpec
 from spanlift.solvers.loading import build
 from spanlift.solvers.model_statistics import ModelStatistics
+from spanlift.solvers.on_base import statistics_request, use_statistics
 from tests.cli_run import ROOT, command_environment
 from tests.test_fit_memory import clock
 
@@ -178,9 +179,9 @@ def test_a_rollout_with_replayed_calls_peaks_as_the_rollout_with_every_call_run(
     digits.denoise = lambda *args: calls.append(1) or real_denoise(*args)
     for spec in doctor_device.solver_specs():
         solver = build(spec, digits)
-        if solver.statistics_request() is not None:  # a fit estimates them
+        if statistics_request(solver) is not None:  # a fit estimates them
             sigmas = (digits.sigma_min, digits.sigma_max)
-            solver.use_statistics(ModelStatistics.degenerate(*sigmas, tuple(digits.shape)))
+            use_statistics(solver, ModelStatistics.degenerate(*sigmas, tuple(digits.shape)))
         noise = torch.randn(1, *digits.shape, generator=torch.Generator().manual_seed(0))
         run = partial(rollout, solver, digits, noise)
         with torch.no_grad():

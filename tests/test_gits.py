@@ -14,6 +14,7 @@ from spanlift.platform.sweep.config import parse_sweep
 from spanlift.solvers import SOLVERS, SolverSpec, build_solver, save_solver
 from spanlift.solvers.gits import GITS, METRICS, cost_matrix, dynamic_programming, warm_up
 from spanlift.solvers.loading import is_learnable, load_solver
+from spanlift.solvers.on_base import searched
 from spanlift.solvers.schedules import SCHEDULES, edm_polynomial
 
 from .conftest import noise_like, stored_mixture
@@ -188,7 +189,7 @@ def test_the_search_keeps_a_last_step_to_zero_and_sets_a_learned_grid(gmm):
     grid = to_zero.sigmas
     assert grid[-1] == 0 and grid[-2] == pytest.approx(0.002) and to_zero.ends_at_zero
     ld3 = build_solver(SolverSpec("ld3", 4, settings={"base": "gits"}), 0.002, 80.0, 1)
-    ld3.prepare([(gmm.denoise, x)])
+    searched(ld3).prepare([(gmm.denoise, x)])  # LD3's base searches
     gits = build(gmm, 4)
     gits.prepare([(gmm.denoise, x[:5]), (gmm.denoise, x[5:])])  # batches: the same mean cost
     torch.testing.assert_close(ld3.sigmas.detach(), gits.sigmas, rtol=1e-12, atol=0)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from spanlift.errors import SettingsError, UnknownNameError
-from spanlift.solvers import SolverSpec, build_solver
+from spanlift.solvers import Point, SolverSpec, build_solver
 
 from .conftest import noise_like
 
@@ -87,7 +87,7 @@ def test_operator_input_stays_on_the_solver_device(gmm):
     The `meta` device stands in for CUDA here (a CPU tensor mixed in fails there too)."""
     solver = build(gmm, "spanlift", base="ipndm", hidden_dim=8).to("meta")
     x = torch.empty(2, *gmm.shape, device="meta")
-    history = [solver.evaluate_at(lambda x, sigma: x, x, solver.sigma(0, x))]
+    history = [Point.at(lambda x, sigma: x, x, solver.sigma(0, x))]
     features, xi = solver.operator_input(0, x, history)
     assert features.device == xi.device == x.device
     assert xi.shape == (3,) and xi.dtype == x.dtype

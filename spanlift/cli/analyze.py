@@ -331,13 +331,14 @@ def cmd_ratio(args: argparse.Namespace) -> None:
     from spanlift.platform.analysis.record import metric_key
     from spanlift.platform.sampling.teacher import DEFAULT_TEACHER, generate_teacher
     from spanlift.solvers import SolverSpec
+    from spanlift.solvers.capabilities import HasParts
     from spanlift.solvers.loading import build
 
     backbone, seeds, device = model_and_seeds(args)
     solvers = []
     for path in args.checkpoint:
         solver = load_checkpoint(path, backbone)
-        if not solver.has_parts:
+        if not isinstance(solver, HasParts):
             raise SettingsError(
                 f"analyze ratio needs SpanLift checkpoints; {path} holds {solver.spec.label()}"
             )

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History, Solver, Step
+from spanlift.solvers.capabilities import TakesSubsteps
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.on_base import build_base
 from spanlift.solvers.operators import check_positive
@@ -199,13 +200,13 @@ class InterleavedGrid(Grid):
 
 
 @SOLVERS.register("amed_plugin")
-class AMEDPlugin(Plugin):
+class AMEDPlugin(Plugin, TakesSubsteps):
     """AMED-Plugin: a base multistep solver on σ_0, s_0, σ_1, …, σ_N, the landing on σ_{i+1} scaled by c_i."""
 
     citation = "Zhou et al., CVPR 2024 (AMED)"
     title = "AMED-Plugin"
     reference = "zju-pi/diff-sampler amed-solver-main"
-    steps_by_direction = False  # two substeps per step on the interleaved grid (`steps`)
+    # TakesSubsteps: two substeps per step on the interleaved grid (`steps`)
 
     def __init__(
         self,

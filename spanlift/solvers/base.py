@@ -13,13 +13,14 @@ costs no evaluation. NFE is counted by `count_nfe`, never assumed.
 
 import inspect
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from spanlift.solvers.capabilities import initial_state
 from spanlift.solvers.grid import FixedGrid, Grid, as_grid
 
 Denoiser = Callable[[Tensor, Tensor], Tensor]
@@ -43,6 +44,11 @@ class Point:
         if self._derivative is None:
             self._derivative = (self.x - self.denoised) / self.sigma
         return self._derivative
+
+    @classmethod
+    def at(cls, denoiser: Denoiser, x: Tensor, sigma: Tensor) -> "Point":
+        """The point of one model call at (x, σ)."""
+        return cls(sigma, x, denoiser(x, sigma))
 
 
 History = list[Point]  # newest first: history[0] is the current step
@@ -68,8 +74,8 @@ class Solver(nn.Module):
     """Base class: holds the σ grid and runs the rollout; subclasses define `direction`.
 
     `buffer_size` is how many points of history the direction reads (K). `supervision` is what a
-    fit matches it against (see SUPERVISIONS); `input_slack` > 0 lets a fit move each training
-    noise within a ball of that relative radius (LD3's soft teacher loss).
+    fit matches it against (see SUPERVISIONS). What only some solvers can do (a search, model
+    statistics, free steps, parts, …) is a protocol of `capabilities.py` that they implement.
 
     `grid` is always a `Grid` module: the solver is built on σ (a tensor, kept as a `FixedGrid`)
     or handed a grid module (a `LearnedGrid`, a plugin's interleaved grid), and steps on it. Every
@@ -89,18 +95,6 @@ class Solver(nn.Module):
     """Its authors' code that spanlift is checked against: repository and file or function."""
     buffer_size: int = 1
     supervision: ClassVar[str] = "endpoint"
-    input_slack: float = 0.0
-    steps_by_direction: ClassVar[bool] = True
-    """Each step is x_{i+1} = x_i + h_i Δ_i with Δ_i from `direction`, so a solver built around
-    this one (SpanLift) can add to Δ_i; False where `steps` takes substeps (AMED-Plugin)."""
-    has_parts: ClassVar[bool] = False
-    """Its direction is α_i Δ_i^base + β_i Δ_i^op, a base's step plus a learned correction
-    (SpanLift): `parts(i, x, history, denoiser)` gives (Δ_i^base, Δ_i^op) and `part_weights(i)`
-    (α_i, β_i), which the span diagnostics read."""
-    differentiable: ClassVar[bool] = True
-    """Gradients reach the grid and the base's parameters through a rollout, so a solver built
-    around this one (SpanLift, LD3, a plugin) can be fitted; False for another library's loop
-    (`peers.PeerSolver`)."""
 
     def __init__(self, sigmas: Tensor | Grid, afs: bool = False) -> None:
         super().__init__()
@@ -124,11 +118,6 @@ class Solver(nn.Module):
         params = list(inspect.signature(cls.__init__).parameters.values())
         return {p.name: p.default for p in params if p.name not in ("self", "sigmas", "channels")}
 
-    @classmethod
-    def setting_hint(cls, key: str) -> str:
-        """Why `key` is not one of the solver's settings, when there is more to say than that."""
-        return ""
-
     @property
     def sigmas(self) -> Tensor:
         """σ_0 … σ_N the solver steps on: its grid's current values (read-only). Within a
@@ -142,12 +131,6 @@ class Solver(nn.Module):
         `to_zero`: the grid's last step ends at σ = 0 (solvers whose last step is then cheaper
         say so)."""
         return steps - int(bool(settings.get("afs", False)))
-
-    @classmethod
-    def free_steps(cls, settings: dict[str, Any]) -> int:
-        """Steps that spend no model evaluation whatever the NFE (FlowTurbo's refiner steps): the
-        search for the step count of an NFE looks that many steps further. None here."""
-        return 0
 
     @property
     def num_steps(self) -> int:
@@ -169,63 +152,17 @@ class Solver(nn.Module):
     def step_size(self, i: int, like: Tensor) -> Tensor:
         return self.sigma(i + 1, like) - self.sigma(i, like)
 
-    def query_sigma(self, i: int, like: Tensor) -> Tensor:
-        """The noise level the model is told at step i (learned solvers may rescale it)."""
-        return self.sigma(i, like)
-
     def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
         """The history point of step i: one model call, or none for AFS at step 0."""
         sigma = self.sigma(i, x)
         if i == 0 and self.afs:
             d = x / (1 + sigma**2).sqrt()
             return Point(sigma, x, x - sigma * d, d)
-        return Point(sigma, x, denoiser(x, self.query_sigma(i, x)))
-
-    def evaluate_at(self, denoiser: Denoiser, x: Tensor, sigma: Tensor) -> Point:
         return Point(sigma, x, denoiser(x, sigma))
 
     @abstractmethod
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
         """Δ_i, so that x_{i+1} = x_i + h_i Δ_i."""
-
-    @property
-    def searches(self) -> bool:
-        """Whether `prepare` runs a search that sets part of the state (GITS's grid): such a
-        solver is fitted even without trainable parameters. False here."""
-        return False
-
-    def initial_state(self, x: Tensor) -> Tensor:
-        """The state the rollout begins from, for x at the σ_0 the solver was built on: x itself.
-        A searched OSS begins lower on its grid, from x rescaled (oss.py)."""
-        return x
-
-    def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
-        """Called once by a fit before its first update, with the training noise in batches:
-        (the model for that batch, its states x = σ_max · noise at σ_max). A search that chooses
-        part of the state, kept as buffers so it checkpoints like parameters (GITS). Nothing here."""
-
-    def statistics_request(self) -> dict[str, Any] | None:
-        """The model statistics the solver steps with, as the settings of their estimate
-        (DPM-Solver-v3's EMS: timesteps, samples, seed), while it has none; None: it needs none.
-        A fit computes them from the backbone's own samples (cached per backbone) and hands them
-        over with `use_statistics` before its first update. Here: its base's request (a solver
-        built on DPM-Solver-v3 asks for what its base needs)."""
-        return next(filter(None, (base.statistics_request() for base in self.bases())), None)
-
-    def use_statistics(self, statistics: Any) -> None:
-        """Keep the model statistics a fit computed for `statistics_request`: here, hand them to
-        the bases that asked."""
-        for base in self.bases():
-            if base.statistics_request() is not None:
-                base.use_statistics(statistics)
-
-    def bases(self) -> list["Solver"]:
-        """The solvers this one is built on (its direct sub-modules that are solvers)."""
-        return [child for child in self.children() if isinstance(child, Solver)]
-
-    def inactive_parameters(self, iteration: int) -> list[nn.Parameter]:
-        """Parameters a fit leaves unchanged at `iteration` (alternating schemes); none here."""
-        return []
 
     def _load_from_state_dict(self, state: dict[str, Any], prefix: str, *args: Any) -> None:
         """Reads checkpoints written when the grid was the buffer `sigmas`: it becomes the fixed
@@ -241,7 +178,7 @@ class Solver(nn.Module):
         (a solver's per-step arithmetic on σ is otherwise mostly reading it again)."""
         history: History = []
         self.__dict__["_rollout_grid"] = {None: self.grid()}
-        x = self.initial_state(x)
+        x = initial_state(self, x)  # x, unless the solver moves its start (capabilities)
         try:
             for i in range(self.num_steps):
                 history = [self.evaluate(denoiser, x, i), *history][: self.buffer_size]

@@ -171,8 +171,9 @@ class DPMSolverV3(Solver):
             self.register_buffer(name, torch.zeros(0, dtype=torch.float64))
 
     @property
-    def searches(self) -> bool:
-        """A fit gives it its statistics (`statistics_request`), unless it runs degenerated."""
+    def steps_on_statistics(self) -> bool:
+        """A fit gives it its statistics (`statistics_request`), unless it runs degenerated
+        (`capabilities.NeedsStatistics`)."""
         return not self.degenerated
 
     def statistics_request(self) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ the model is told at step i. One NFE per step, like the iPNDM it starts from.
 import torch
 from torch import Tensor, nn
 
-from spanlift.solvers.base import Denoiser, History, Solver, derivative_sum
+from spanlift.solvers.base import Denoiser, History, Point, Solver, derivative_sum
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.ipndm import ADAMS_BASHFORTH, check_order, ipndm_weights
 from spanlift.solvers.registry import SOLVERS
@@ -31,8 +31,12 @@ class DyWeight(Solver):
         mask = torch.ones(self.num_steps, order).tril()
         self.register_buffer("mask", mask)
 
-    def query_sigma(self, i: int, like: Tensor) -> Tensor:
-        return self.sigma(i, like) * self.log_time_scale[i].to(like.dtype).exp()
+    def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
+        """The model is told σ_i e^{s_i}, its time scaling (AFS's first point calls none)."""
+        if i == 0 and self.afs:
+            return super().evaluate(denoiser, x, i)
+        sigma = self.sigma(i, x)
+        return Point(sigma, x, denoiser(x, sigma * self.log_time_scale[i].to(x.dtype).exp()))
 
     def direction(self, i: int, x: Tensor, history: History, denoiser: Denoiser) -> Tensor:
         return derivative_sum(self.weights[i] * self.mask[i], history)

@@ -44,6 +44,7 @@ from torch import Tensor
 
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History, Point, Solver, Step
+from spanlift.solvers.capabilities import TakesSubsteps
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.registry import SOLVERS
 from spanlift.solvers.velocity_refiner import VelocityRefiner
@@ -64,13 +65,13 @@ def step_counts(settings: dict[str, Any]) -> tuple[int, int]:
 
 
 @SOLVERS.register("flowturbo")
-class FlowTurbo(Solver):
+class FlowTurbo(Solver, TakesSubsteps):
     """FlowTurbo: heun_steps Heun (2 NFE each), then pseudo-corrector steps (1 NFE each), then refiner_steps of a learned velocity refiner (0 NFE; its time counts in latency)."""
 
     citation = "Zhao et al., NeurIPS 2024 (FlowTurbo)"
     title = "FlowTurbo"
     reference = "shiml20/FlowTurbo models_assemble.py FlowTurboAssemble, VelocityRefinerBlock"
-    steps_by_direction = False  # substeps in flow coordinates, two refiner calls (`steps`)
+    # TakesSubsteps: substeps in flow coordinates, two refiner calls (`steps`)
 
     def __init__(
         self,
@@ -117,6 +118,7 @@ class FlowTurbo(Solver):
 
     @classmethod
     def free_steps(cls, settings: dict[str, Any]) -> int:
+        """The refiner's steps (`capabilities.HasFreeSteps`)."""
         return step_counts(settings)[1]
 
     def time(self, i: int, like: Tensor) -> Tensor:
@@ -131,7 +133,7 @@ class FlowTurbo(Solver):
     def velocity(self, denoiser: Denoiser, x_t: Tensor, j: int) -> tuple[Tensor, Point]:
         """v = D − d at (x_t, t_j), one model call at x = (1 + σ_j) x_t, and that call's point."""
         sigma = self.sigma(j, x_t)
-        point = self.evaluate_at(denoiser, x_t * (1 + self.sigmas[j]).to(x_t.dtype), sigma)
+        point = Point.at(denoiser, x_t * (1 + self.sigmas[j]).to(x_t.dtype), sigma)
         return point.denoised - point.derivative, point
 
     def heun_step(
@@ -162,7 +164,7 @@ class FlowTurbo(Solver):
         Δ_i = (x_{i+1} − x_i)/h_i."""
         self.__dict__["_rollout_grid"] = {None: self.grid()}
         try:
-            yield from self.flow_steps(denoiser, self.initial_state(x))
+            yield from self.flow_steps(denoiser, x)
         finally:
             self.__dict__.pop("_rollout_grid", None)
 

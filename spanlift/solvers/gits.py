@@ -195,10 +195,6 @@ class GridSearch(OnBase):
         self.register_buffer("searched", torch.tensor(False))
 
     @property
-    def searches(self) -> bool:
-        return True
-
-    @property
     def searched_steps(self) -> int:
         """N': the steps the search chooses (a last step to σ = 0 is kept, not searched)."""
         return self.num_steps - int(self.ends_at_zero)

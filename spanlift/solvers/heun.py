@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
-from spanlift.solvers.base import Denoiser, History, Solver
+from spanlift.solvers.base import Denoiser, History, Point, Solver
 from spanlift.solvers.registry import SOLVERS
 
 
@@ -30,5 +30,5 @@ class Heun(Solver):
         if i == self.num_steps - 1:
             return d
         x_euler = x + self.step_size(i, x) * d
-        d_next = self.evaluate_at(denoiser, x_euler, self.sigma(i + 1, x)).derivative
+        d_next = Point.at(denoiser, x_euler, self.sigma(i + 1, x)).derivative
         return (d + d_next) / 2

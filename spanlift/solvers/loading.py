@@ -11,6 +11,7 @@ from typing import Protocol
 
 from spanlift.solvers.base import Solver
 from spanlift.solvers.checkpoint import read_checkpoint
+from spanlift.solvers.on_base import searches
 from spanlift.solvers.registry import SOLVERS
 from spanlift.solvers.spec import SolverSpec, build_solver, solver_settings
 
@@ -46,7 +47,7 @@ def load_solver(spec: SolverSpec, checkpoint: Path | None, backbone: SigmaRange)
 
 def is_learnable(solver: Solver) -> bool:
     """Whether a fit changes the solver: it has trainable parameters, or a search (GITS)."""
-    return solver.searches or any(p.requires_grad for p in solver.parameters())
+    return searches(solver) or any(p.requires_grad for p in solver.parameters())
 
 
 def base_spec(spec: SolverSpec) -> SolverSpec:

@@ -3,10 +3,14 @@
 Such a solver takes the settings `base` and `base_settings` (checked like any solver's settings,
 `spec.check_settings`), holds the base as `self.base`, spends the base's NFE, evaluates the model
 as the base does (AFS included) and steps on the base's grid: its `grid` is the base's, so a grid
-handed to it, or learned, is the one both read.
+handed to it, or learned, is the one both read. It starts where its base starts and has its base's
+free steps; a search of its base is a fit's to run (`searched`).
+
+What a solver takes from the bases it is built on (`bases`: a plugin's too) is asked here: its
+search (`searches`, `searched`) and its model statistics (`statistics_request`, `use_statistics`).
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,13 @@ from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, Point, Solver
+from spanlift.solvers.capabilities import (
+    NeedsStatistics,
+    NotDifferentiable,
+    Searched,
+    free_steps,
+    initial_state,
+)
 from spanlift.solvers.checkpoint import load_solver_state
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.registry import SOLVERS
@@ -34,7 +45,7 @@ def build_base(
     frozen unless `trainable`."""
     if base == solver:
         raise SettingsError(f"{solver} cannot be its own base; choose another registered solver")
-    if not SOLVERS.get(base).differentiable:
+    if issubclass(SOLVERS.get(base), NotDifferentiable):
         raise SettingsError(
             f"{solver} cannot take {base!r} as its base: {base} runs another library's loop, "
             f"which no gradient passes through, so {solver} could not be fitted on it"
@@ -48,9 +59,9 @@ def build_base(
 
 
 class OnBase(Solver):
-    """Delegates grid, NFE and evaluation to `self.base`, the registered solver `base` built on
-    `sigmas` with `base_settings` (`build_base`; the subclass's constructor default names it when
-    unset)."""
+    """Delegates grid, NFE, evaluation, start and free steps to `self.base`, the registered solver
+    `base` built on `sigmas` with `base_settings` (`build_base`; the subclass's constructor default
+    names it when unset)."""
 
     base: Solver
 
@@ -84,7 +95,8 @@ class OnBase(Solver):
 
     @classmethod
     def free_steps(cls, settings: dict[str, Any]) -> int:
-        return cls.base_class(settings).free_steps(settings.get("base_settings") or {})
+        """The base's (`capabilities.HasFreeSteps`)."""
+        return free_steps(cls.base_class(settings), settings.get("base_settings") or {})
 
     @property
     def grid(self) -> Grid:
@@ -98,14 +110,56 @@ class OnBase(Solver):
     def evaluate(self, denoiser: Denoiser, x: Tensor, i: int) -> Point:
         return self.base.evaluate(denoiser, x, i)
 
-    @property
-    def searches(self) -> bool:
-        return self.base.searches
-
     def initial_state(self, x: Tensor) -> Tensor:
-        """The base's start (an OSS base begins below σ_max)."""
-        return self.base.initial_state(x)
+        """The base's start (an OSS base begins below σ_max; `capabilities.MovesItsStart`)."""
+        return initial_state(self.base, x)
 
-    def prepare(self, batches: Iterable[tuple[Denoiser, Tensor]]) -> None:
-        """The base's preparation (a GITS base searches its grid)."""
-        self.base.prepare(batches)
+
+def along_bases(solver: Solver) -> Iterator[Solver]:
+    """`solver`, then while it is built on one (`OnBase`), its base, the base's base, …"""
+    yield solver
+    while isinstance(solver, OnBase):
+        solver = solver.base
+        yield solver
+
+
+def searched(solver: Solver) -> Searched | None:
+    """The solver whose search a fit of `solver` runs (`Searched.prepare`): itself, or the base it
+    is built on (a GITS under SpanLift or LD3); None when none searches."""
+    return next((s for s in along_bases(solver) if isinstance(s, Searched)), None)
+
+
+def searches(solver: Solver) -> bool:
+    """Whether a fit sets part of the state without gradients: a search (`Searched`: GITS's grid)
+    or model statistics it steps on (`NeedsStatistics`: DPM-Solver-v3), its own or of the base it
+    is built on. Such a solver is fitted even without trainable parameters."""
+    return any(
+        isinstance(s, Searched) or (isinstance(s, NeedsStatistics) and s.steps_on_statistics)
+        for s in along_bases(solver)
+    )
+
+
+def bases(solver: Solver) -> list[Solver]:
+    """The solvers `solver` is built on: its direct sub-modules that are solvers (a plugin's base
+    too)."""
+    return [child for child in solver.children() if isinstance(child, Solver)]
+
+
+def statistics_request(solver: Solver) -> dict[str, Any] | None:
+    """The model statistics `solver` steps with, as the settings of their estimate, while it has
+    none (`NeedsStatistics`); None: it needs none. A solver built on DPM-Solver-v3 asks for what
+    its base needs."""
+    if isinstance(solver, NeedsStatistics):
+        return solver.statistics_request()
+    return next(filter(None, (statistics_request(base) for base in bases(solver))), None)
+
+
+def use_statistics(solver: Solver, statistics: Any) -> None:
+    """Hand the model statistics a fit computed for `statistics_request` to the solver, or to the
+    bases that asked."""
+    if isinstance(solver, NeedsStatistics):
+        solver.use_statistics(statistics)
+        return
+    for base in bases(solver):
+        if statistics_request(base) is not None:
+            use_statistics(base, statistics)

@@ -48,8 +48,9 @@ from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History
+from spanlift.solvers.capabilities import TakesSubsteps
 from spanlift.solvers.grid import Grid
-from spanlift.solvers.on_base import OnBase
+from spanlift.solvers.on_base import OnBase, searches
 from spanlift.solvers.registry import SOLVERS
 
 
@@ -100,12 +101,12 @@ class PAS(OnBase):
         corrected: list[int] | None = None,
     ) -> None:
         super().__init__(sigmas, channels, base, base_settings)
-        if self.base.searches:
+        if searches(self.base):
             raise SettingsError(
                 f"pas cannot take {base!r} as its base: its search moves the grid at which pas "
                 "is matched to the teacher"
             )
-        if not self.base.steps_by_direction:
+        if isinstance(self.base, TakesSubsteps):
             raise SettingsError(
                 f"pas cannot take {base!r} as its base: it steps through substeps, not x + h·Δ, "
                 "so there is no Δ to correct"

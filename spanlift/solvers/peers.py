@@ -21,8 +21,9 @@ row each (`Peer`), each registered as `<library>:<peer name>`. This module holds
 - `steps` yields one `Step` per grid interval, from the states at σ_i the loop passes through (the
   teacher's states at σ_i, the diagnostics); `forward` runs the loop alone.
 
-Peer solvers are analytic and not differentiable: no solver is built around one (SpanLift, LD3
-and the plugins refuse it as their base), and their loops run without autograd.
+Peer solvers are analytic and not differentiable (`capabilities.NotDifferentiable`, and they
+take substeps, `TakesSubsteps`): no solver is built around one (SpanLift, LD3 and the plugins
+refuse it as their base), and their loops run without autograd.
 """
 
 import importlib
@@ -40,6 +41,7 @@ from torch import Tensor
 
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History, Point, Solver, Step
+from spanlift.solvers.capabilities import NotDifferentiable, TakesSubsteps
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.registry import SOLVERS
 from spanlift.solvers.spec import check_settings
@@ -76,7 +78,7 @@ class Peer:
     """The schedule that makes `own_grid`."""
 
 
-class PeerSolver(Solver):
+class PeerSolver(Solver, TakesSubsteps, NotDifferentiable):
     """Another library's loop on the platform's grid (module docstring); one subclass per row."""
 
     peer: ClassVar[Peer]
@@ -92,8 +94,6 @@ class PeerSolver(Solver):
     """The library's arguments that are not settings, each with the reason."""
     common_allowed: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     """Like a row's `allowed`, for every peer of the library."""
-    steps_by_direction = False
-    differentiable = False
 
     def __init__(self, sigmas: Tensor | Grid, **settings: Any) -> None:
         super().__init__(sigmas)

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from spanlift.errors import SettingsError
 from spanlift.solvers.base import Denoiser, History
+from spanlift.solvers.capabilities import TakesSubsteps
 from spanlift.solvers.grid import Grid
 from spanlift.solvers.on_base import OnBase
 from spanlift.solvers.operators import OPERATORS, check_positive
@@ -32,12 +33,13 @@ SIGMA_FEATURE_FLOOR = 1e-4
 
 @SOLVERS.register("spanlift")
 class SpanLift(OnBase):
-    """SpanLift: base solver + FiLM-conditioned residual operator (scalar / pointwise / spatial)."""
+    """SpanLift: base solver + FiLM-conditioned residual operator (scalar / pointwise / spatial).
+
+    Its step has parts (`capabilities.HasParts`: `parts`, `part_weights`)."""
 
     citation = "the SpanLift paper"
     title = "SpanLift"
     reference = "this package"
-    has_parts = True
 
     def __init__(
         self,
@@ -57,7 +59,7 @@ class SpanLift(OnBase):
         super().__init__(
             sigmas, channels, base, base_settings, base_checkpoint, trainable=not freeze_base
         )
-        if not self.base.steps_by_direction:
+        if isinstance(self.base, TakesSubsteps):
             raise SettingsError(
                 f"spanlift cannot take {base!r} as its base: {base} steps through substeps, not "
                 "x + h·Δ, so there is no Δ to add to"

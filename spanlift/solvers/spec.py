@@ -16,6 +16,7 @@ import torch
 
 from spanlift.errors import SettingsError, UnreachableNFEError
 from spanlift.solvers.base import Solver
+from spanlift.solvers.capabilities import ExplainsSettings, free_steps
 from spanlift.solvers.registry import SOLVERS
 from spanlift.solvers.schedules import EDM_SIGMA_MAX, EDM_SIGMA_MIN, SCHEDULES
 
@@ -70,7 +71,7 @@ def check_settings(name: str, settings: dict[str, Any]) -> None:
     accepted = solver_settings(cls)
     unknown = sorted(set(settings) - set(accepted))
     if unknown:
-        hint = cls.setting_hint(unknown[0])
+        hint = cls.setting_hint(unknown[0]) if issubclass(cls, ExplainsSettings) else ""
         raise SettingsError(
             f"solver {name!r} has no setting {unknown[0]!r}{f' ({hint})' if hint else ''}; "
             f"its settings are: {', '.join(accepted) or 'none'}"
@@ -90,7 +91,7 @@ def steps_for_nfe(name: str, nfe: int, settings: dict[str, Any], schedule: str =
     if not isinstance(nfe, int) or isinstance(nfe, bool) or nfe < 1:
         raise UnreachableNFEError(f"nfe must be a positive integer, got {nfe!r}")
     cls, to_zero = SOLVERS.get(name), ends_at_zero(schedule)
-    longest = nfe + 2 + cls.free_steps(settings)
+    longest = nfe + 2 + free_steps(cls, settings)
     spend = {steps: cls.nfe_for_steps(steps, settings, to_zero) for steps in range(1, longest + 1)}
     for steps, used in spend.items():
         if used == nfe:

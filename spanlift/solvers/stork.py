@@ -160,5 +160,5 @@ class STORK(Solver):
         sigma_mid = t_mid / (1 - t_mid)
         z_mid = x / (1 + self.sigma(0, x)) + (t_mid - t[0]).to(x.dtype) * v0
         x_mid = z_mid * (1 + sigma_mid).to(x.dtype)
-        v_mid = velocity(self.evaluate_at(denoiser, x_mid, sigma_mid.to(x.dtype)))
+        v_mid = velocity(Point.at(denoiser, x_mid, sigma_mid.to(x.dtype)))
         return torch.lerp(v0, v_mid, 0.75)

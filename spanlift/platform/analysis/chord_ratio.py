@@ -23,6 +23,7 @@ from spanlift.backbones import Backbone
 from spanlift.errors import SettingsError
 from spanlift.platform.evaluation.metrics.diagnostics import RolloutStep, step_means
 from spanlift.solvers.base import Solver
+from spanlift.solvers.capabilities import HasParts
 
 
 def project_out(vectors: Tensor, chord: Tensor) -> Tensor:
@@ -42,7 +43,7 @@ def chord_ratio(
 ) -> pd.DataFrame:
     """ratio_i and unprojected μ_i per step of `solver` rolled out from `noise`, against the
     teacher `endpoints` of the same noise: columns step, sigma, ratio, unprojected."""
-    if not solver.has_parts:
+    if not isinstance(solver, HasParts):
         raise SettingsError(f"the chord ratio needs a SpanLift solver, got {solver.name}")
     chords = endpoints.to(noise.device, noise.dtype) - backbone.prior(noise)
 

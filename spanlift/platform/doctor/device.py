@@ -32,6 +32,7 @@ from spanlift.platform.sampling.teacher import TeacherSet, generate_teacher, tea
 from spanlift.solvers import SOLVERS, SolverSpec, solver_settings
 from spanlift.solvers.loading import build, is_learnable
 from spanlift.solvers.model_statistics import ModelStatistics
+from spanlift.solvers.on_base import statistics_request, use_statistics
 
 TEACHER = SolverSpec("heun", 9)
 FIT = FitSettings(iterations=4, batch_size=8, log_every=2, checkpoint_every=4, validate_every=2)
@@ -88,9 +89,9 @@ def on_device(spec: SolverSpec, backbone: Backbone, device: torch.device) -> tor
 def rollout_check(spec: SolverSpec, backbone: Backbone, device: torch.device, dtype: torch.dtype):
     def body() -> None:
         solver = on_device(spec, backbone, device)
-        if solver.statistics_request() is not None:  # a fit estimates them (the fit check)
+        if statistics_request(solver) is not None:  # a fit estimates them (the fit check)
             sigmas = (backbone.sigma_min, backbone.sigma_max)
-            solver.use_statistics(ModelStatistics.degenerate(*sigmas, tuple(backbone.shape)))
+            use_statistics(solver, ModelStatistics.degenerate(*sigmas, tuple(backbone.shape)))
         noise = torch.randn(4, *backbone.shape, device=device, dtype=dtype)
         cond = backbone.conditioning(range(4))
         if cond is not None:
@@ -113,9 +114,9 @@ on the device as a fit's, at a size that takes a moment (a fit's own is 1 200 ×
 def fit_check(spec: SolverSpec, backbone: Backbone, teacher: TeacherSet, device: torch.device):
     def body() -> str:
         solver = on_device(spec, backbone, device)
-        request = solver.statistics_request()
+        request = statistics_request(solver)
         if request is not None:
-            solver.use_statistics(model_statistics(backbone, teacher, request | DOCTOR_STATISTICS))
+            use_statistics(solver, model_statistics(backbone, teacher, request | DOCTOR_STATISTICS))
         result = fit(solver, backbone, teacher_for(solver, teacher, backbone), FIT, progress=False)
         for name, p in solver.named_parameters():
             if p.device.type != device.type or not torch.isfinite(p).all():

@@ -54,6 +54,7 @@ from spanlift.platform.sampling.validation_blocks import (
     as_blocks,
 )
 from spanlift.solvers import Solver
+from spanlift.solvers.on_base import searched, searches, statistics_request, use_statistics
 
 DEFAULT_SETTINGS = FitSettings()
 
@@ -566,7 +567,7 @@ def patience_counted(best: Best, groups: list[Tensor]) -> Best:
 def trainable(solver: Solver) -> list[torch.nn.Parameter]:
     """The parameters a fit updates; a solver without any is refused, unless it searches."""
     params = [p for p in solver.parameters() if p.requires_grad]
-    if not params and not solver.searches:
+    if not params and not searches(solver):
         raise SettingsError(f"solver {solver.spec.label()} has no trainable parameters to fit")
     return params
 
@@ -577,12 +578,15 @@ def prepare(
 ) -> None:
     """The solver's own search on the training noise, in the backbone's sampling batches (at
     most `batch`), once before the first update (GITS's grid; nothing for most solvers)."""
-    request = solver.statistics_request()
+    request = statistics_request(solver)
     if request is not None:  # DPM-Solver-v3's EMS, from the teacher's endpoints, cached
-        solver.use_statistics(model_statistics(backbone, train, request))
+        use_statistics(solver, model_statistics(backbone, train, request))
+    search = searched(solver)  # the solver's, or its base's (a GITS under SpanLift)
+    if search is None:
+        return
     device, size = solver_device(solver), min(backbone.sampling_batch(), batch)
     parts = (train.subset(slice(start, start + size)) for start in range(0, len(train), size))
-    solver.prepare(
+    search.prepare(
         (conditioned(backbone, on_device(p.cond, device)), backbone.prior(p.noise.to(device)))
         for p in parts
     )

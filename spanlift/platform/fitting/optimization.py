@@ -22,6 +22,7 @@ from spanlift.platform.sampling.rollout import solver_device
 from spanlift.platform.sampling.teacher import TeacherSet
 from spanlift.platform.sampling.tensor_memory import MIB, device_peak
 from spanlift.solvers import Solver
+from spanlift.solvers.capabilities import Alternating, HasInputSlack
 
 
 def rank() -> int:
@@ -83,7 +84,7 @@ class Optimization:
         slack = limits = None
         groups: list[dict[str, Any]] = [{"params": params}]
         device = solver_device(solver)
-        if solver.input_slack > 0:
+        if isinstance(solver, HasInputSlack) and solver.input_slack > 0:
             slack = torch.zeros_like(train.noise, device=device, requires_grad=True)
             limits = slack_limits(train.noise, solver.input_slack).to(device)
             groups.append({"params": [slack], "weight_decay": 0.0})
@@ -165,8 +166,9 @@ class Optimization:
         """The optimizer step on the accumulated gradients: unscaled, the inactive parameters'
         dropped, clipped; then the lr schedule and LD3's projection back into its ball."""
         self.scaler.unscale_(self.optimizer)
-        for p in solver.inactive_parameters(iteration):  # alternating schemes (S4S-Alt)
-            p.grad = None
+        if isinstance(solver, Alternating):  # alternating schemes (S4S-Alt)
+            for p in solver.inactive_parameters(iteration):
+                p.grad = None
         torch.nn.utils.clip_grad_norm_(self.params, settings.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()

@@ -8,8 +8,8 @@ P_i the orthogonal projector onto span(D_i),
 
 averaged over samples. Multistep solvers can only combine buffered derivatives (ρ = 0); SpanLift's
 operator adds what lies outside their span (the paper's argument), and μ says how much. As a
-metric it applies to a solver whose step has parts (`Solver.has_parts`: SpanLift): the per-step
-table and plot over the first FID seeds as files, and the mean of ρ_i over steps as
+metric it applies to a solver whose step has parts (`capabilities.HasParts`: SpanLift): the
+per-step table and plot over the first FID seeds as files, and the mean of ρ_i over steps as
 `out_of_span_ratio`.
 
 `rollout` is the one loop every per-step analysis reads (these diagnostics and
@@ -33,6 +33,7 @@ from spanlift.platform.evaluation.metrics.base import METRICS, Finished, Row, So
 from spanlift.platform.sampling.rollout import seed_noise
 from spanlift.seeds import FID_FIRST_SEED
 from spanlift.solvers.base import Solver, Step
+from spanlift.solvers.capabilities import HasParts
 
 BUFFER = 3
 RANK_TOLERANCE = 1e-6  # singular values below this × the largest do not span a direction
@@ -61,7 +62,7 @@ class RolloutStep:
     derivative each step evaluated at its grid state x_j (`history[0]`), kept here for K steps
     whatever the solver's own buffer size, so every solver is measured against the same span V_i.
     `parts` is (Δ_i^base, Δ_i^op) before the α_i, β_i scaling for a solver that has them
-    (`Solver.has_parts`: SpanLift); None for other solvers.
+    (`capabilities.HasParts`: SpanLift); None for other solvers.
     """
 
     step: Step
@@ -86,7 +87,7 @@ def rollout(
     for step in solver.steps(denoiser, backbone.prior(noise)):
         derivatives = [step.history[0].derivative, *derivatives][:buffer]
         parts = None
-        if solver.has_parts:
+        if isinstance(solver, HasParts):
             parts = solver.parts(step.i, step.x, step.history, denoiser)
         yield RolloutStep(step, float(solver.sigmas[step.i]), derivatives, parts)
 
@@ -137,10 +138,10 @@ class StepDiagnostics:
 def spanlift_diagnostics(
     solver: Solver, backbone: Backbone, noise: Tensor, cond: Tensor | None = None
 ) -> list[StepDiagnostics]:
-    """Roll SpanLift (a solver with parts, `Solver.has_parts`) out from `noise`, recording ρ_i
+    """Roll SpanLift (a solver with parts, `capabilities.HasParts`) out from `noise`, recording ρ_i
     and μ_i at each step (the rollout is the solver's own: x_{i+1} = x_i + h_i (α_i Δ_i^base +
     β_i Δ_i^op))."""
-    if not solver.has_parts:
+    if not isinstance(solver, HasParts):
         raise SettingsError(f"diagnostics need a SpanLift solver, got {solver.name}")
     steps = []
     for record in rollout(solver, backbone, noise, cond):
@@ -206,7 +207,7 @@ class Diagnostics(SolverMetric):
     needs = "a SpanLift solver"
 
     def applies_to(self, solver: Solver) -> bool:
-        return solver.has_parts
+        return isinstance(solver, HasParts)
 
     def of_solver(self, solver: Solver, backbone: Backbone, folder: Path, name: str) -> Finished:
         """The per-step table and plot as `<name>-diagnostics.csv` and `.png` in `folder`."""
