@@ -34,10 +34,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 # Every test in two processes (2 cores), a file's tests in one process (its module fixtures, e.g. a
-# sweep several tests read, run once); unit tests run with one torch thread each. pytest-xdist hands
-# out the files with the most tests first, so the few-test end-to-end files run last beside each
-# other: 10 min 3 s and 10 min 7 s; the sweep files first instead, 10 min 27 s; every file with
-# end-to-end tests first, 11 min 17 s (same commit and machine, `--no-loadscope-reorder`).
+# sweep several tests read, run once); each test process, and each process a test starts, runs one
+# torch thread. Three test processes take as long as two (the suite is CPU-bound: most of it is
+# the processes the end-to-end tests start, Ray's among them). Times: README.md, "Results".
 test: lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
