@@ -10,6 +10,7 @@ restarts), the trials' processes are killed, and the command ends in about a sec
 """
 
 import signal
+import threading
 from typing import Any
 
 import ray
@@ -28,8 +29,10 @@ class StopTrialsOnInterrupt(Callback):
     def setup(self, **info: Any) -> None:
         """Put a handler in front of Tune's (installed by now): it notes the Ctrl-C and hands it
         on. Tune's handler then puts back the one that was there before Tune's."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread takes signals; Tune caught none either
         tunes = signal.getsignal(signal.SIGINT)
-        if not callable(tunes):  # Tune runs on a thread that cannot catch signals
+        if not callable(tunes):
             return
 
         def noted(signum: int, frame: Any) -> None:
